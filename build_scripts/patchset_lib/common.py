@@ -1,0 +1,205 @@
+"""Shared facts and helpers of the patchset tool: paths, the logged command runner, hashes.
+
+Everything here is plain data or small pure functions; no module keeps global state.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+
+class PatchsetError(Exception):
+    """A user-facing failure: the CLI prints the message and exits 1, nothing changed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """Where things live, all derived from the repository root."""
+
+    root: Path
+
+    @property
+    def patches(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def series_file(self) -> Path:
+        return self.patches / "series"
+
+    @property
+    def base_hashes_file(self) -> Path:
+        return self.patches / "base.sha256"
+
+    @property
+    def base_pin_file(self) -> Path:
+        return self.patches / "base.json"
+
+    @property
+    def identity_file(self) -> Path:
+        return self.patches / "identity.json"
+
+    @property
+    def overlay(self) -> Path:
+        return self.root / "torch_overlay"
+
+    @property
+    def overlay_manifest(self) -> Path:
+        return self.overlay / "MANIFEST"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / ".cache"
+
+    @property
+    def source_cache(self) -> Path:
+        """The Debian source package downloads and the private apt state used to fetch them."""
+        return self.cache / "debian-source"
+
+    @property
+    def pristine(self) -> Path:
+        """Pristine copies of the base files, taken from the verified orig tarball."""
+        return self.cache / "pristine"
+
+    @property
+    def default_checkout(self) -> Path:
+        return self.cache / "checkout" / base_pin(self)["tree_dir"]
+
+    @property
+    def venv(self) -> Path:
+        return self.root / ".venv"
+
+    @property
+    def venv_python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def log_file(self) -> Path:
+        return self.cache / "patchset.log"
+
+    @property
+    def tests(self) -> Path:
+        return self.root / "test"
+
+
+def find_project(start: Optional[Path] = None) -> Project:
+    here = Path(start or Path(__file__).resolve().parent)
+    for candidate in [here, *here.parents]:
+        if (candidate / "patches").is_dir() and (candidate / "build_scripts").is_dir():
+            return Project(candidate)
+    raise PatchsetError(f"cannot find the project root above {here}")
+
+
+def base_pin(project: Project) -> Dict[str, str]:
+    """The pinned base: torch version, Debian source package, orig tarball hash, tree dir."""
+    return json.loads(project.base_pin_file.read_text())
+
+
+def identity(project: Project) -> Dict[str, str]:
+    """Fixed author/committer identity and date for reproducible commits and exports."""
+    return json.loads(project.identity_file.read_text())
+
+
+def read_series(project: Project) -> List[Path]:
+    names = [
+        line.strip()
+        for line in project.series_file.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    return [project.patches / name for name in names]
+
+
+def read_base_hashes(project: Project) -> Dict[str, str]:
+    """Map of in-tree path -> sha256 of the pristine base file, from patches/base.sha256."""
+    hashes: Dict[str, str] = {}
+    for line in project.base_hashes_file.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        digest, path = line.split(None, 1)
+        hashes[path.strip().lstrip("*")] = digest
+    return hashes
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclasses.dataclass
+class Runner:
+    """Runs external commands (git, quilt, apt, pip, python); every call is logged.
+
+    The log line goes to stderr when `echo` is set and always to `log_file`, so a failed
+    run can be replayed command by command.
+    """
+
+    log_file: Optional[Path] = None
+    echo: bool = True
+
+    def _log(self, argv: Sequence[str], cwd: Optional[Path]) -> None:
+        line = "+ " + " ".join(shlex.quote(str(a)) for a in argv)
+        if cwd is not None:
+            line += f"    (in {cwd})"
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+        if self.log_file is not None:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_file, "a") as log:
+                log.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[Path] = None,
+        env: Optional[Mapping[str, str]] = None,
+        check: bool = True,
+        capture: bool = False,
+        input: Optional[str] = None,
+    ) -> subprocess.CompletedProcess:
+        self._log(argv, cwd)
+        full_env = None
+        if env is not None:
+            full_env = dict(os.environ)
+            full_env.update(env)
+        proc = subprocess.run(
+            [str(a) for a in argv],
+            cwd=None if cwd is None else str(cwd),
+            env=full_env,
+            text=True,
+            input=input,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.PIPE if capture else None,
+        )
+        if check and proc.returncode != 0:
+            detail = (proc.stderr or "").strip() if capture else ""
+            raise PatchsetError(
+                f"command failed with exit {proc.returncode}: {' '.join(map(str, argv))}"
+                + (f"\n{detail}" if detail else "")
+            )
+        return proc
+
+    def git(self, *args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+        """git with a fixed, reproducible identity unless the caller's env overrides it."""
+        return self.run(["git", *args], cwd=cwd, **kwargs)
+
+
+def git_identity_env(project: Project) -> Dict[str, str]:
+    ident = identity(project)
+    return {
+        "GIT_AUTHOR_NAME": ident["name"],
+        "GIT_AUTHOR_EMAIL": ident["email"],
+        "GIT_COMMITTER_NAME": ident["name"],
+        "GIT_COMMITTER_EMAIL": ident["email"],
+        "GIT_COMMITTER_DATE": ident["date"],
+    }

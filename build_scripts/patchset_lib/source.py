@@ -1,0 +1,252 @@
+"""Fetch the pinned Debian source package and lay out the checkout and the pristine base files.
+
+The machine's apt configuration has binary (`deb`) entries only, and system apt sources are
+never edited: we derive `deb-src` entries from them into a PRIVATE apt state under
+`.cache/debian-source/` and point apt-get at it with `-o Dir::...` options.
+Only the orig tarball is used (the Debian tarball is not needed and may not download); it is
+verified against `patches/base.json` before anything is extracted from it.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from .common import PatchsetError, Project, Runner, base_pin, read_base_hashes, sha256_file
+
+SYSTEM_SOURCE_LIST = Path("/etc/apt/sources.list")
+SYSTEM_SOURCE_PARTS = Path("/etc/apt/sources.list.d")
+
+
+# --- deriving deb-src entries -------------------------------------------------------------
+
+def deb822_to_deb_src(text: str) -> List[str]:
+    """Stanzas of a deb822 `.sources` file that carry `deb`, rewritten as `Types: deb-src`.
+
+    Disabled stanzas (`Enabled: no`) are dropped; comments are kept only inside stanzas.
+    """
+    stanzas: List[str] = []
+    for block in text.split("\n\n"):
+        lines = [line for line in block.splitlines() if line.strip()]
+        fields = _deb822_fields(lines)
+        if "deb" not in fields.get("types", "").split():
+            continue
+        if fields.get("enabled", "yes").strip().lower() == "no":
+            continue
+        out = [
+            "Types: deb-src" if line.lower().startswith("types:") else line
+            for line in lines
+        ]
+        stanzas.append("\n".join(out) + "\n")
+    return stanzas
+
+
+def _deb822_fields(lines: List[str]) -> Dict[str, str]:
+    fields: Dict[str, str] = {}
+    for line in lines:
+        if line.startswith("#") or line[:1].isspace() or ":" not in line:
+            continue
+        key, value = line.split(":", 1)
+        fields[key.strip().lower()] = value.strip()
+    return fields
+
+
+def one_line_to_deb_src(text: str) -> List[str]:
+    """`deb [opts] URI suite comp...` lines of a `.list` file, rewritten as `deb-src` lines."""
+    out: List[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("deb ") or stripped.startswith("deb\t"):
+            out.append("deb-src" + stripped[3:])
+    return out
+
+
+def derive_deb_src(source_list: Path, source_parts: Path) -> Tuple[List[str], List[str]]:
+    """(deb822 stanzas, one-line entries) of deb-src derived from the machine's apt sources."""
+    stanzas: List[str] = []
+    lines: List[str] = []
+    if source_list.is_file():
+        lines += one_line_to_deb_src(source_list.read_text())
+    if source_parts.is_dir():
+        # apt reads only these two extensions; `*.disabled` and friends are ignored, as by apt.
+        for path in sorted(source_parts.iterdir()):
+            if path.suffix == ".sources" and path.is_file():
+                stanzas += deb822_to_deb_src(path.read_text())
+            elif path.suffix == ".list" and path.is_file():
+                lines += one_line_to_deb_src(path.read_text())
+    return stanzas, lines
+
+
+# --- private apt state --------------------------------------------------------------------
+
+def apt_state_dir(project: Project) -> Path:
+    return project.source_cache / "apt"
+
+
+def apt_options(project: Project) -> List[str]:
+    """apt-get options that confine every read and write to our private apt state."""
+    state = apt_state_dir(project)
+    return [
+        "-o", f"Dir::Etc::SourceList={state / 'empty.list'}",
+        "-o", f"Dir::Etc::SourceParts={state / 'sources.list.d'}",
+        "-o", f"Dir::State::Lists={state / 'lists'}",
+        # The package caches would otherwise be rebuilt in /var/cache/apt from our lists.
+        "-o", f"Dir::Cache={state / 'cache'}",
+        # Downloads land in root-owned cache dirs the _apt sandbox user cannot write to.
+        "-o", "APT::Sandbox::User=root",
+    ]
+
+
+def write_apt_state(project: Project) -> bool:
+    """Write the private deb-src configuration; True when it changed (lists need updating)."""
+    state = apt_state_dir(project)
+    stanzas, lines = derive_deb_src(SYSTEM_SOURCE_LIST, SYSTEM_SOURCE_PARTS)
+    if not stanzas and not lines:
+        raise PatchsetError(
+            f"no `deb` entries in {SYSTEM_SOURCE_LIST} or {SYSTEM_SOURCE_PARTS}/ to derive deb-src from"
+        )
+    for sub in ("sources.list.d", "lists/partial", "cache/archives/partial"):
+        (state / sub).mkdir(parents=True, exist_ok=True)
+    wanted = {
+        state / "empty.list": "",
+        state / "sources.list.d" / "derived-deb-src.sources": "\n".join(stanzas),
+        state / "sources.list.d" / "derived-deb-src.list": "".join(line + "\n" for line in lines),
+    }
+    changed = False
+    for path, text in wanted.items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            changed = True
+    return changed
+
+
+def has_source_lists(project: Project) -> bool:
+    lists = apt_state_dir(project) / "lists"
+    return lists.is_dir() and any(p.name.endswith(("Sources", "Sources.lz4", "Sources.xz", "Sources.gz"))
+                                  for p in lists.iterdir())
+
+
+# --- the orig tarball ---------------------------------------------------------------------
+
+def tarball_path(project: Project) -> Path:
+    return project.source_cache / base_pin(project)["orig_tarball"]
+
+
+def check_tarball(path: Path, expected_sha256: str) -> Optional[str]:
+    if not path.is_file():
+        return f"{path.name} is not downloaded"
+    actual = sha256_file(path)
+    if actual != expected_sha256:
+        return f"{path} has sha256 {actual}, expected {expected_sha256} (patches/base.json)"
+    return None
+
+
+def download_source(project: Project, runner: Runner) -> None:
+    """apt-get source --download-only of the pinned version through the private apt state."""
+    pin = base_pin(project)
+    spec = f"{pin['debian_source_package']}={pin['debian_source_version']}"
+    opts = apt_options(project)
+    if write_apt_state(project) or not has_source_lists(project):
+        runner.run(["apt-get", *opts, "update"])
+    # The Debian tarball of this version may be missing on the mirror: apt then fails after
+    # fetching the orig tarball, so the verdict is the orig tarball's hash, not apt's exit code.
+    proc = runner.run(["apt-get", *opts, "source", "--download-only", "--tar-only", spec],
+                      cwd=project.source_cache, check=False, capture=True)
+    runner.run(["apt-get", *opts, "source", "--download-only", "--dsc-only", spec],
+               cwd=project.source_cache, check=False, capture=True)
+    error = check_tarball(tarball_path(project), pin["orig_tarball_sha256"])
+    if error:
+        raise PatchsetError(f"fetching {spec} failed: {error}\n{(proc.stderr or '').strip()}")
+
+
+def ensure_tarball(project: Project, runner: Runner) -> Path:
+    path = tarball_path(project)
+    pin = base_pin(project)
+    if check_tarball(path, pin["orig_tarball_sha256"]) is None:
+        return path
+    project.source_cache.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.unlink()  # a truncated or foreign file would otherwise be kept by apt
+    print(f"source: fetching {pin['orig_tarball']} through a private apt state", flush=True)
+    download_source(project, runner)
+    return path
+
+
+# --- checkout and pristine files ----------------------------------------------------------
+
+def checkout_root(project: Project) -> Path:
+    return project.default_checkout.parent
+
+
+def ensure_checkout(project: Project, runner: Runner) -> Path:
+    """Extract the verified orig tarball into .cache/checkout/ unless it is already there."""
+    target = project.default_checkout
+    if target.is_dir():
+        return target
+    tarball = ensure_tarball(project, runner)
+    root = checkout_root(project)
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"source: extracting {tarball.name} into {root}", flush=True)
+    # Extract beside the target and rename, so an interrupted run leaves no half tree.
+    with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
+        runner.run(["tar", "-xJf", tarball, "-C", tmp, "--no-same-owner"])
+        extracted = Path(tmp) / target.name
+        if not extracted.is_dir():
+            raise PatchsetError(f"{tarball.name} has no top directory {target.name}/")
+        extracted.rename(target)
+    return target
+
+
+def check_pristine(project: Project) -> Optional[str]:
+    """None when every base file is in .cache/pristine with its pinned hash."""
+    for path, digest in sorted(read_base_hashes(project).items()):
+        copy = project.pristine / path
+        if not copy.is_file():
+            return f"pristine copy of {path} is missing"
+        if sha256_file(copy) != digest:
+            return f"pristine copy {copy} does not match patches/base.sha256"
+    return None
+
+
+def ensure_pristine(project: Project, runner: Runner) -> None:
+    """Copy each base file into .cache/pristine/, from the checkout if pristine there, else the tarball."""
+    if check_pristine(project) is None:
+        return
+    checkout = ensure_checkout(project, runner)
+    wanted = read_base_hashes(project)
+    missing = {p: d for p, d in wanted.items() if not _copy_if_hash(checkout / p, project.pristine / p, d)}
+    if missing:
+        _extract_from_tarball(project, runner, missing)
+    error = check_pristine(project)
+    if error:
+        raise PatchsetError(error)
+
+
+def _copy_if_hash(src: Path, dst: Path, digest: str) -> bool:
+    if dst.is_file() and sha256_file(dst) == digest:
+        return True
+    if not src.is_file() or sha256_file(src) != digest:
+        return False
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    return True
+
+
+def _extract_from_tarball(project: Project, runner: Runner, wanted: Dict[str, str]) -> None:
+    """The checkout was already patched: take the base files from the verified tarball."""
+    tarball = ensure_tarball(project, runner)
+    top = base_pin(project)["tree_dir"]
+    with tempfile.TemporaryDirectory() as tmp:
+        runner.run(["tar", "-xJf", tarball, "-C", tmp, "--no-same-owner",
+                    *[f"{top}/{p}" for p in sorted(wanted)]])
+        for path, digest in wanted.items():
+            if not _copy_if_hash(Path(tmp) / top / path, project.pristine / path, digest):
+                raise PatchsetError(f"{path} in {tarball.name} does not match patches/base.sha256")
+
+
+def ensure_source(project: Project, runner: Runner) -> Path:
+    """Tarball verified, checkout extracted, pristine base files in place; returns the checkout."""
+    checkout = ensure_checkout(project, runner)
+    ensure_pristine(project, runner)
+    return checkout

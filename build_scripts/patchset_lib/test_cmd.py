@@ -1,0 +1,43 @@
+"""`patchset test`: setup, then the repo's own tests (test/) with the project .venv's pytest.
+
+The repo's torch tests exercise the PATCHED modules, so when a series exists the overlay is
+regenerated and made active in .venv first (as `run` does). pytest's exit 5 (nothing collected)
+is a failure here: a run that tested nothing must not pass.
+"""
+from __future__ import annotations
+
+import argparse
+
+from .common import Project, Runner
+from .overlay_cmd import ensure_overlay
+from .run_cmd import pipeline_module
+from .setup_cmd import ensure_setup
+
+NO_TESTS_COLLECTED = 5
+
+
+def cmd_test(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    ensure_setup(project, runner)
+    if project.series_file.is_file():
+        ensure_overlay(project, runner)
+        pipeline_module("install_cmd").install_project_venv(project, runner)
+    extra = list(args.pytest_args)
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    proc = runner.run(
+        [project.venv_python, "-m", "pytest", project.tests, "-q", "-p", "no:cacheprovider", *extra],
+        cwd=project.root, check=False,
+    )
+    if proc.returncode == NO_TESTS_COLLECTED:
+        print("patchset test: error: pytest collected no tests; that is a failure")
+        return 1
+    return proc.returncode
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "test", help="setup, then run the repo's tests with .venv's pytest (extra args after --)",
+        description="Run `.venv/bin/python -m pytest test -q`; `patchset test -- -k foo` passes -k foo.",
+    )
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="arguments for pytest (after --)")
+    parser.set_defaults(func=cmd_test)

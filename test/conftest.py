@@ -1,0 +1,158 @@
+"""Fixtures of the pipeline tests: a throw-away copy of the project with a synthetic series.
+
+The real base files come from the tool's cache (fetched through the tool if missing, never
+skipped); patches are made with real git (`git format-patch`) in a temporary repo seeded
+with those files, so these tests do not depend on the contents of the real series.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL_LIB = REPO / "build_scripts"
+if str(TOOL_LIB) not in sys.path:
+    sys.path.insert(0, str(TOOL_LIB))
+
+Edit = Callable[[str], str]
+SEED_ENV = {
+    "GIT_AUTHOR_NAME": "Seed", "GIT_AUTHOR_EMAIL": "seed@example.invalid",
+    "GIT_COMMITTER_NAME": "Seed", "GIT_COMMITTER_EMAIL": "seed@example.invalid",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+00:00", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+00:00",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+def git(*args: str, cwd: Path, env: Optional[Mapping[str, str]] = None) -> str:
+    full_env = {**os.environ, **SEED_ENV, **(env or {})}
+    proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"git {' '.join(args)} failed: {proc.stderr}"
+    return proc.stdout
+
+
+def tree_hashes(root: Path) -> Dict[str, str]:
+    """sha256 of every file under root (outside .git), by relative path."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def insert_line(after: int, text: str) -> Edit:
+    """An edit that inserts a comment line after line `after` (1-based)."""
+    def edit(content: str) -> str:
+        lines = content.splitlines(keepends=True)
+        return "".join(lines[:after] + [text + "\n"] + lines[after:])
+    return edit
+
+
+@pytest.fixture(scope="session")
+def base_files() -> Dict[str, bytes]:
+    """The pinned base files, from .cache/pristine (fetched by the tool's own code if missing)."""
+    from patchset_lib.common import Runner, find_project, read_base_hashes
+    from patchset_lib.source import ensure_pristine
+
+    project = find_project(TOOL_LIB)
+    ensure_pristine(project, Runner(log_file=project.log_file))
+    return {path: (project.pristine / path).read_bytes() for path in sorted(read_base_hashes(project))}
+
+
+class TmpProject:
+    """A copy of the tool and the base facts in tmp_path, with its own patches/ and .cache/."""
+
+    def __init__(self, root: Path, base: Mapping[str, bytes]) -> None:
+        self.root = root
+        self.base = dict(base)
+        shutil.copytree(TOOL_LIB, root / "build_scripts", ignore=shutil.ignore_patterns("__pycache__"))
+        (root / "patches").mkdir()
+        for name in ("base.json", "base.sha256", "identity.json"):
+            shutil.copyfile(REPO / "patches" / name, root / "patches" / name)
+        self.write_tree(root / ".cache" / "pristine")
+
+    @property
+    def patches(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def overlay(self) -> Path:
+        return self.root / "torch_overlay"
+
+    def write_tree(self, target: Path, files: Optional[Mapping[str, bytes]] = None) -> Path:
+        for path, data in (self.base if files is None else files).items():
+            (target / path).parent.mkdir(parents=True, exist_ok=True)
+            (target / path).write_bytes(data)
+        return target
+
+    def tool(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(self.root / "build_scripts" / "patchset"), "-q", *args],
+                              cwd=self.root, capture_output=True, text=True)
+
+    def make_series(self, commits: Sequence[Tuple[str, str, Mapping[str, Edit], bool]]) -> Dict[str, bytes]:
+        """Commit each (subject, author, edits, exported) on top of the base in a seed repo and
+        `git format-patch` the exported ones into patches/ + series. Returns the files at the
+        last commit (the expected patched result when every commit is exported)."""
+        seed = self.write_tree(self.root.parent / f"seed-{self.root.name}")
+        git("init", "-q", cwd=seed)
+        git("add", "-A", cwd=seed)
+        git("commit", "-q", "-m", "base", cwd=seed)
+        names: List[str] = []
+        for subject, author, edits, exported in commits:
+            for path, edit in edits.items():
+                (seed / path).write_text(edit((seed / path).read_text()))
+            git("commit", "-q", "-a", "-m", subject, "-m", f"Why: {subject.lower()}.",
+                f"--author={author}", cwd=seed)
+            if exported:
+                out = git("format-patch", "-1", "HEAD", f"--start-number={len(names) + 1}",
+                          "-o", str(self.patches), cwd=seed)
+                names.append(Path(out.strip()).name)
+        (self.patches / "series").write_text("".join(n + "\n" for n in names))
+        return {path: (seed / path).read_bytes() for path in self.base}
+
+
+FAKE = "torch/_subclasses/fake_tensor.py"
+META = "torch/_subclasses/meta_utils.py"
+TEST = "test/test_fake_tensor.py"
+
+GOOD_SERIES = [
+    ("Meta utils: first change", "Ada Author <ada@example.invalid>",
+     {META: insert_line(20, "# patchset-test: first"), FAKE: insert_line(30, "# patchset-test: first")}, True),
+    ("Fake tensor and tests: second change", "Bob Builder <bob@example.invalid>",
+     {FAKE: insert_line(120, "# patchset-test: second"), TEST: insert_line(12, "# patchset-test: second")}, True),
+]
+
+
+@pytest.fixture
+def tmp_project(tmp_path: Path, base_files: Dict[str, bytes]) -> TmpProject:
+    return TmpProject(tmp_path / "project", base_files)
+
+
+@pytest.fixture
+def good_series(tmp_project: TmpProject) -> Dict[str, bytes]:
+    """Two applicable patches by two authors; returns the expected patched files."""
+    return tmp_project.make_series(GOOD_SERIES)
+
+
+@pytest.fixture
+def plain_checkout(tmp_path: Path, tmp_project: TmpProject) -> Path:
+    """A non-git checkout: the base files plus an unrelated file."""
+    checkout = tmp_project.write_tree(tmp_path / "checkout")
+    (checkout / "setup.py").write_text("# not touched by the series\n")
+    return checkout
+
+
+@pytest.fixture
+def git_checkout(tmp_path: Path, tmp_project: TmpProject) -> Path:
+    """A git checkout with the base files committed and a clean tree."""
+    checkout = tmp_project.write_tree(tmp_path / "git-checkout")
+    git("init", "-q", cwd=checkout)
+    git("add", "-A", cwd=checkout)
+    git("commit", "-q", "-m", "PyTorch 1.13.1 base", cwd=checkout)
+    return checkout

@@ -1,0 +1,281 @@
+"""`upstream-tests`: run upstream test files against the patched and the unpatched torch.
+
+Both sides use the project `.venv`: the patched side with the import hook on, the unpatched
+side with PATCHSET_OVERLAY=0 (Debian's system torch). A tiny pytest plugin records, inside
+each run, which files the overlaid modules were loaded from, so a side that silently ran the
+wrong torch is an error rather than a misleading table.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .common import PatchsetError, Project, Runner
+from .install_cmd import (
+    HOOK_MODULE,
+    ManifestEntry,
+    check_overlay,
+    check_project_venv,
+    probe_python,
+    read_manifest,
+)
+
+OUTCOMES = ("passed", "failed", "skipped", "xfailed")
+SIDES = ("unpatched", "patched")
+LOADCHECK_PLUGIN = "patchset_loadcheck"
+# pytest exit codes that mean "the run itself broke" (internal error, usage error).
+BROKEN_EXIT_CODES = (3, 4)
+
+# Written into a temporary dir on PYTHONPATH and loaded with `-p`: after the session it
+# records where torch and the overlaid modules were imported from.
+LOADCHECK_SOURCE = '''\
+import json, os, sys
+
+
+def pytest_sessionfinish(session, exitstatus):
+    names = os.environ["PATCHSET_LOADCHECK_MODULES"].split(",")
+    loaded = {n: getattr(sys.modules.get(n), "__file__", None) for n in names}
+    with open(os.environ["PATCHSET_LOADCHECK_OUT"], "w") as out:
+        json.dump(loaded, out)
+'''
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """A test file of the checkout (path relative to the checkout) plus pytest selection args."""
+
+    path: str
+    pytest_args: Tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return shlex.join([self.path, *self.pytest_args])
+
+    def target(self) -> str:
+        """The pytest argument, relative to <checkout>/test (pytest's cwd)."""
+        return self.path[len("test/"):]
+
+
+DEFAULT_SELECTIONS: Tuple[Selection, ...] = (
+    Selection("test/test_fake_tensor.py"),
+    Selection("test/test_meta.py", ("-k", "TestMetaConverter")),
+)
+
+
+def parse_selection(text: str, keyword: Optional[str]) -> Selection:
+    """`test/test_x.py`, `test_x.py` or either with `::Class::test` node suffixes."""
+    path = text if text.startswith("test/") else f"test/{text}"
+    return Selection(path, ("-k", keyword) if keyword else ())
+
+
+# --- junit XML ---------------------------------------------------------------------------
+
+def case_outcome(case: ET.Element) -> str:
+    if case.find("failure") is not None or case.find("error") is not None:
+        return "failed"
+    skipped = case.find("skipped")
+    if skipped is None:
+        return "passed"
+    # pytest writes xfail as <skipped type="pytest.xfail" message="reason">.
+    if skipped.get("type") == "pytest.xfail" or (skipped.get("message") or "").startswith("xfail"):
+        return "xfailed"
+    return "skipped"
+
+
+def parse_junit(path: Path) -> Dict[str, str]:
+    """Map test id (`classname::name`) -> passed/failed/skipped/xfailed.
+
+    A test reported twice (e.g. passing call, erroring teardown) counts as failed.
+    """
+    outcomes: Dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
+        outcome = case_outcome(case)
+        if outcomes.get(test_id) != "failed":
+            outcomes[test_id] = outcome
+    return outcomes
+
+
+def count_outcomes(outcomes: Mapping[str, str]) -> Dict[str, int]:
+    counts = {name: 0 for name in OUTCOMES}
+    for outcome in outcomes.values():
+        counts[outcome] += 1
+    return counts
+
+
+def regressions(unpatched: Mapping[str, str], patched: Mapping[str, str]) -> List[str]:
+    """Tests failing on patched that do not fail on unpatched."""
+    return sorted(t for t, o in patched.items() if o == "failed" and unpatched.get(t) != "failed")
+
+
+def fixed_by_series(unpatched: Mapping[str, str], patched: Mapping[str, str]) -> List[str]:
+    """Tests failing on unpatched that pass on patched (e.g. the series' own new tests)."""
+    return sorted(t for t, o in unpatched.items() if o == "failed" and patched.get(t) == "passed")
+
+
+def format_table(label: str, unpatched: Mapping[str, str], patched: Mapping[str, str]) -> str:
+    left, right = count_outcomes(unpatched), count_outcomes(patched)
+    lines = [label, f"  {'':<10}{'unpatched':>10} | {'patched':<10}"]
+    lines += [f"  {name:<10}{left[name]:>10} | {right[name]:<10}" for name in OUTCOMES]
+    return "\n".join(lines)
+
+
+# --- checks ------------------------------------------------------------------------------
+
+def check_checkout(checkout: Path, selections: Sequence[Selection]) -> Optional[str]:
+    if not (checkout / "test").is_dir():
+        return f"no checkout with a test/ dir at {checkout}: run ./build_scripts/patchset setup first"
+    for selection in selections:
+        file = checkout / selection.path.split("::", 1)[0]
+        if not file.is_file():
+            return f"no test file {file}"
+    return None
+
+
+def check_hook_installed(purelib: Path) -> Optional[str]:
+    if not (purelib / f"{HOOK_MODULE}.pth").is_file():
+        return f"the overlay hook is not installed in {purelib}: run ./build_scripts/patchset install first"
+    return None
+
+
+def check_loaded(side: str, loaded: Mapping[str, Optional[str]], expected: Mapping[str, Path]) -> Optional[str]:
+    """None when every module that the run imported came from the expected file."""
+    for name, want in expected.items():
+        got = loaded.get(name)
+        if got is not None and os.path.realpath(got) != os.path.realpath(want):
+            return f"{side} run loaded {name} from {got}, expected {want}"
+    return None
+
+
+def expected_files(side: str, overlay: Path, torch_dir: Path,
+                   entries: Sequence[ManifestEntry]) -> Dict[str, Path]:
+    files = {"torch": torch_dir / "__init__.py"}
+    root = overlay if side == "patched" else torch_dir.parent
+    files.update({e.module: root / e.path for e in entries})
+    return files
+
+
+# --- running -----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SideResult:
+    outcomes: Dict[str, str]
+    loaded: Dict[str, Optional[str]]
+    log: Path
+
+
+def run_side(project: Project, runner: Runner, checkout: Path, selection: Selection, side: str,
+             modules: Sequence[str], workdir: Path) -> SideResult:
+    stem = Path(selection.path.split("::", 1)[0]).stem
+    junit, loaded_file = workdir / f"{stem}-{side}.xml", workdir / f"{stem}-{side}.loaded.json"
+    log = project.cache / "upstream-tests" / f"{stem}-{side}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATCHSET_OVERLAY": "1" if side == "patched" else "0",
+        "PYTHONDONTWRITEBYTECODE": "1",  # never drop .pyc files next to the system torch
+        "PYTHONPATH": str(workdir),  # only the plugin; a user PYTHONPATH could shadow torch
+        "PATCHSET_LOADCHECK_MODULES": ",".join(modules),
+        "PATCHSET_LOADCHECK_OUT": str(loaded_file),
+    }
+    argv = [project.venv_python, "-m", "pytest", "-p", "no:cacheprovider", "-p", LOADCHECK_PLUGIN,
+            f"--junitxml={junit}", selection.target(), *selection.pytest_args]
+    # cwd is <checkout>/test: from the checkout root its torch/ sources would shadow torch.
+    proc = runner.run(argv, cwd=checkout / "test", env=env, capture=True, check=False)
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode in BROKEN_EXIT_CODES or not junit.is_file():
+        raise PatchsetError(f"pytest on {selection.label} ({side}) broke with exit {proc.returncode}; see {log}")
+    loaded = json.loads(loaded_file.read_text()) if loaded_file.is_file() else {}
+    return SideResult(parse_junit(junit), loaded, log)
+
+
+def _summary_line(log: Path) -> str:
+    lines = [line.strip("= ") for line in log.read_text().splitlines() if line.startswith("=")]
+    return lines[-1] if lines else "(no summary)"
+
+
+def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
+                       selections: Sequence[Selection] = DEFAULT_SELECTIONS) -> int:
+    """Run `selections` on both sides, print the tables; 1 iff a patched regression exists."""
+    checkout = Path(checkout)
+    for error in (check_project_venv(project), check_checkout(checkout, selections)):
+        if error is not None:
+            raise PatchsetError(error)
+    entries = read_manifest(project)
+    error = check_overlay(project, entries)
+    info = probe_python(runner, project.venv_python)
+    error = error or check_hook_installed(info.purelib)
+    if error is None and info.torch_dir is None:
+        error = f"{project.venv_python} cannot find torch"
+    if error is not None:
+        raise PatchsetError(error)
+    assert info.torch_dir is not None
+    print(f"overlay:  {project.overlay}")
+    print(f"checkout: {checkout}")
+    print(f"torch:    {info.torch_dir} (unpatched side: PATCHSET_OVERLAY=0)")
+    all_regressions: List[str] = []
+    with tempfile.TemporaryDirectory(prefix="patchset-upstream-") as tmp:
+        workdir = Path(tmp)
+        (workdir / f"{LOADCHECK_PLUGIN}.py").write_text(LOADCHECK_SOURCE)
+        for selection in selections:
+            all_regressions += compare_selection(project, runner, checkout, selection, entries,
+                                                 info.torch_dir, workdir)
+    return 1 if all_regressions else 0
+
+
+def compare_selection(project: Project, runner: Runner, checkout: Path, selection: Selection,
+                      entries: Sequence[ManifestEntry], torch_dir: Path, workdir: Path) -> List[str]:
+    """Run one selection on both sides, print its table and lists; return its regressions."""
+    results: Dict[str, SideResult] = {}
+    for side in SIDES:
+        expected = expected_files(side, project.overlay, torch_dir, entries)
+        result = run_side(project, runner, checkout, selection, side, list(expected), workdir)
+        error = check_loaded(side, result.loaded, expected)
+        if error is not None:
+            raise PatchsetError(f"{selection.label}: {error}")
+        results[side] = result
+    unpatched, patched = results["unpatched"].outcomes, results["patched"].outcomes
+    print()
+    print(format_table(selection.label, unpatched, patched))
+    for side in SIDES:
+        print(f"  {side}: {_summary_line(results[side].log)}  (log: {results[side].log})")
+    if not unpatched and not patched:
+        print("  warning: no test ran on either side (check the file and -k selection)")
+    bad, fixed = regressions(unpatched, patched), fixed_by_series(unpatched, patched)
+    print(f"  patched regressions: {len(bad)}")
+    for test_id in bad:
+        print(f"    {test_id}")
+    print(f"  fixed by the series: {len(fixed)}")
+    for test_id in fixed:
+        print(f"    {test_id}")
+    return bad
+
+
+def cmd_upstream_tests(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    checkout = Path(args.checkout).resolve() if args.checkout else project.default_checkout
+    if args.files:
+        selections: Sequence[Selection] = [parse_selection(f, args.keyword) for f in args.files]
+    else:
+        selections = DEFAULT_SELECTIONS
+    return run_upstream_tests(project, runner, checkout, selections)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "upstream-tests",
+        help="run upstream test files against the patched and the unpatched torch, side by side",
+    )
+    parser.add_argument("--checkout", metavar="DIR", help="PyTorch checkout (default: the cached one)")
+    parser.add_argument(
+        "--files", nargs="+", metavar="FILE",
+        help="test files relative to the checkout, optionally with ::node suffixes "
+        "(default: test/test_fake_tensor.py and test/test_meta.py -k TestMetaConverter)",
+    )
+    parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression for --files")
+    parser.set_defaults(func=cmd_upstream_tests)

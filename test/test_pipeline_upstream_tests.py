@@ -1,0 +1,271 @@
+"""Tests of `patchset upstream-tests`: junit parsing on real pytest runs, the comparison, and an
+end-to-end run on a synthetic checkout with a throwaway project venv and overlay.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "build_scripts"))
+sys.path.insert(0, str(HERE))
+
+import test_pipeline_install as fixtures  # noqa: E402  (throwaway project/venv builders)
+from patchset_lib import install_cmd, upstream_tests_cmd as ut  # noqa: E402
+from patchset_lib.common import PatchsetError, Project, Runner  # noqa: E402
+
+SYNTHETIC_TESTS = '''\
+import unittest
+
+import pytest
+
+
+def test_passes():
+    assert 1 + 1 == 2
+
+
+def test_fails():
+    assert 1 + 1 == 3
+
+
+@pytest.mark.skip(reason="skipped on purpose")
+def test_skipped():
+    pass
+
+
+@pytest.mark.xfail(reason="known bug")
+def test_xfail_marker():
+    assert False
+
+
+def test_xfail_imperative():
+    pytest.xfail("decided at run time")
+
+
+class Case(unittest.TestCase):
+    @unittest.expectedFailure
+    def test_expected_failure(self):
+        self.assertEqual(1, 2)
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture setup fails")
+
+
+def test_setup_error(broken):
+    pass
+'''
+
+
+def run_pytest_junit(tmp_path: Path, source: str) -> Path:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # keep rootdir here, away from any outer ini
+    (tmp_path / "test_synthetic.py").write_text(source)
+    junit = tmp_path / "junit.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", "test_synthetic.py"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # some tests fail on purpose
+    return junit
+
+
+def test_parse_junit_of_a_real_run(tmp_path: Path) -> None:
+    outcomes = ut.parse_junit(run_pytest_junit(tmp_path, SYNTHETIC_TESTS))
+    assert outcomes == {
+        "test_synthetic::test_passes": "passed",
+        "test_synthetic::test_fails": "failed",
+        "test_synthetic::test_skipped": "skipped",
+        "test_synthetic::test_xfail_marker": "xfailed",
+        "test_synthetic::test_xfail_imperative": "xfailed",
+        "test_synthetic.Case::test_expected_failure": "xfailed",
+        "test_synthetic::test_setup_error": "failed",
+    }
+    assert ut.count_outcomes(outcomes) == {"passed": 1, "failed": 2, "skipped": 1, "xfailed": 3}
+
+
+def test_teardown_error_after_a_pass_counts_as_failed(tmp_path: Path) -> None:
+    source = textwrap.dedent('''\
+        import pytest
+
+        @pytest.fixture
+        def breaks_in_teardown():
+            yield
+            raise RuntimeError("teardown fails")
+
+        def test_ok():
+            pass
+
+        def test_teardown(breaks_in_teardown):
+            pass
+        ''')
+    assert ut.parse_junit(run_pytest_junit(tmp_path, source)) == {
+        "test_synthetic::test_ok": "passed",
+        "test_synthetic::test_teardown": "failed",
+    }
+
+
+def test_regressions_and_fixed_lists() -> None:
+    unpatched = {"a": "passed", "b": "failed", "c": "failed", "d": "skipped", "e": "failed"}
+    patched = {"a": "failed", "b": "passed", "c": "failed", "d": "failed", "e": "xfailed", "new": "failed"}
+    assert ut.regressions(unpatched, patched) == ["a", "d", "new"]
+    assert ut.fixed_by_series(unpatched, patched) == ["b"]
+    assert ut.regressions(unpatched, unpatched) == []
+
+
+def test_table_has_one_row_per_outcome_and_both_sides() -> None:
+    table = ut.format_table("test/x.py", {"a": "passed", "b": "skipped"}, {"a": "passed", "b": "passed"})
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
+    assert rows == {
+        "passed": ["passed", "1", "|", "2"],
+        "failed": ["failed", "0", "|", "0"],
+        "skipped": ["skipped", "1", "|", "0"],
+        "xfailed": ["xfailed", "0", "|", "0"],
+    }
+    assert "unpatched" in table.splitlines()[1] and "patched" in table.splitlines()[1]
+
+
+def test_check_loaded_names_the_wrong_file(tmp_path: Path) -> None:
+    want = {"torch._subclasses.fake_tensor": tmp_path / "overlay" / "fake_tensor.py"}
+    assert ut.check_loaded("patched", {"torch._subclasses.fake_tensor": str(want["torch._subclasses.fake_tensor"])},
+                           want) is None
+    error = ut.check_loaded("patched", {"torch._subclasses.fake_tensor": "/usr/lib/x/fake_tensor.py"}, want)
+    assert error is not None and "/usr/lib/x/fake_tensor.py" in error
+
+
+def test_parse_selection() -> None:
+    assert ut.parse_selection("test_meta.py", "TestMetaConverter") == ut.Selection(
+        "test/test_meta.py", ("-k", "TestMetaConverter"))
+    selection = ut.parse_selection("test/test_fake_tensor.py::FakeTensorTest", None)
+    assert selection.target() == "test_fake_tensor.py::FakeTensorTest"
+    assert ut.DEFAULT_SELECTIONS[1].label == "test/test_meta.py -k TestMetaConverter"
+
+
+# --- end to end on a synthetic checkout ---------------------------------------------------------
+
+CHECKOUT_TESTS = '''\
+import pytest
+import torch._subclasses.fake_tensor as ft
+
+
+def test_plain():
+    assert ft.FakeTensorMode is not None
+
+
+def test_needs_the_series():
+    assert getattr(ft, "PATCHSET_TEST_OVERLAY", False)
+
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    pass
+
+
+@pytest.mark.xfail(reason="known")
+def test_xfail():
+    assert False
+'''
+
+REGRESSING_TEST = '''\
+import torch._subclasses.fake_tensor as ft
+
+
+def test_breaks_on_patched():
+    assert not hasattr(ft, "PATCHSET_TEST_OVERLAY")
+'''
+
+
+def make_checkout(root: Path) -> Path:
+    (root / "test").mkdir(parents=True)
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -rEfX --tb=native\n")
+    # The checkout root's torch/ sources must never be what the runs import.
+    (root / "torch").mkdir()
+    (root / "torch" / "__init__.py").write_text("raise ImportError('checkout torch/ imported')\n")
+    (root / "test" / "test_synth.py").write_text(CHECKOUT_TESTS)
+    (root / "test" / "test_regress.py").write_text(REGRESSING_TEST)
+    return root
+
+
+@pytest.fixture
+def installed_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """A throwaway project whose .venv sees the system torch, this pytest, and the hook."""
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the throwaway venv borrows this interpreter's pytest; needs Python 3.11")
+    # Plugins of the borrowed environment (e.g. pytest-benchmark) are not the project venv's.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    project = fixtures.make_project(tmp_path / "repo")
+    fixtures.make_venv(project.venv, system_site_packages=True)
+    purelib = sysconfig.get_paths()["purelib"]
+    (fixtures.site_packages(project.venv) / "borrowed_pytest.pth").write_text(purelib + "\n")
+    install_cmd.install_project_venv(project, Runner(log_file=None, echo=False))
+    return project
+
+
+def test_end_to_end_fixed_by_series(
+    tmp_path: Path, installed_project: Project, capsys: pytest.CaptureFixture
+) -> None:
+    checkout = make_checkout(tmp_path / "checkout")
+    before = fixtures.snapshot(checkout)
+    system_before = fixtures.snapshot(fixtures.SYSTEM_SUBCLASSES)
+    code = ut.run_upstream_tests(installed_project, Runner(log_file=None, echo=False), checkout,
+                                 [ut.Selection("test/test_synth.py")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip().split(" ")[0] in ut.OUTCOMES}
+    assert rows["passed"] == ["passed", "1", "|", "2"]
+    assert rows["failed"] == ["failed", "1", "|", "0"]
+    assert rows["skipped"] == ["skipped", "1", "|", "1"]
+    assert rows["xfailed"] == ["xfailed", "1", "|", "1"]
+    assert "patched regressions: 0" in out
+    assert "fixed by the series: 1\n    test.test_synth::test_needs_the_series" in out
+    assert f"checkout: {checkout}" in out and f"overlay:  {installed_project.overlay}" in out
+    assert fixtures.snapshot(checkout) == before  # no .pyc, no cache, nothing
+    assert fixtures.snapshot(fixtures.SYSTEM_SUBCLASSES) == system_before
+    assert (installed_project.cache / "upstream-tests" / "test_synth-patched.log").is_file()
+
+
+def test_end_to_end_regression_exits_non_zero(
+    tmp_path: Path, installed_project: Project, capsys: pytest.CaptureFixture
+) -> None:
+    checkout = make_checkout(tmp_path / "checkout")
+    code = ut.run_upstream_tests(installed_project, Runner(log_file=None, echo=False), checkout,
+                                 [ut.Selection("test/test_regress.py")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "patched regressions: 1\n    test.test_regress::test_breaks_on_patched" in out
+
+
+def test_patched_side_loading_the_system_file_is_an_error(
+    tmp_path: Path, installed_project: Project
+) -> None:
+    # A hook that no longer maps fake_tensor: the "patched" run silently gets the system file.
+    hook = fixtures.site_packages(installed_project.venv) / "patchset_overlay.py"
+    hook.write_text(re.sub(r"^MODULES = .*$", "MODULES = ('torch._subclasses.meta_utils',)",
+                           hook.read_text(), flags=re.M))
+    checkout = make_checkout(tmp_path / "checkout")
+    with pytest.raises(PatchsetError, match="patched run loaded torch._subclasses.fake_tensor from /usr/lib"):
+        ut.run_upstream_tests(installed_project, Runner(log_file=None, echo=False), checkout,
+                              [ut.Selection("test/test_synth.py")])
+
+
+def test_missing_hook_asks_for_install(tmp_path: Path) -> None:
+    project = fixtures.make_project(tmp_path / "repo")
+    fixtures.make_venv(project.venv, system_site_packages=True)
+    checkout = make_checkout(tmp_path / "checkout")
+    with pytest.raises(PatchsetError, match="patchset install first"):
+        ut.run_upstream_tests(project, Runner(log_file=None, echo=False), checkout,
+                              [ut.Selection("test/test_synth.py")])
+
+
+def test_missing_checkout_file_is_an_error(tmp_path: Path) -> None:
+    project = fixtures.make_project(tmp_path / "repo")
+    fixtures.make_venv(project.venv, system_site_packages=True)
+    checkout = make_checkout(tmp_path / "checkout")
+    with pytest.raises(PatchsetError, match="no test file .*test_fake_tensor.py"):
+        ut.run_upstream_tests(project, Runner(log_file=None, echo=False), checkout)

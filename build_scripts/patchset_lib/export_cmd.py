@@ -1,0 +1,241 @@
+"""`patchset export --format git|quilt --out DIR`: the series for a PR or for a Debian package.
+
+Both formats start the same way: a temp repo holding the pristine base files (one commit with a
+fixed identity, see `series_io.make_base_repo`), `git am` of patches/ on top with a fixed
+committer, so the result does not depend on the machine, the user's git config or the clock.
+
+git: `git format-patch --cover-letter --base=<base commit>`, numbered `[PATCH n/m]`, for `git am`
+on a v1.13.1 checkout. The cover letter's subject and blurb come from patches/cover-letter.txt
+(first paragraph = subject, the rest = blurb) through the branch description, followed by a
+generated paragraph naming the base (tag v1.13.1) and the sha256 of the base files.
+
+quilt: a `debian/patches` directory (`series` + one file per patch) whose patches carry DEP-3
+headers before the diff. Per-patch DEP-3 metadata lives in the commit message as git trailers in
+its last paragraph, so it travels with the commit through `git am`, rebases and `refresh`:
+    Bug: pytorch/pytorch#80544
+    Forwarded: no
+(also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header;
+Forwarded defaults to `no`. Origin names the series by the sha256 of its patch files (no URL),
+Last-Update is the date of patches/identity.json.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import series_io, tests_patch_cmd
+from .common import (
+    PatchsetError,
+    Project,
+    Runner,
+    base_pin,
+    identity,
+    read_base_hashes,
+    read_series,
+    sha256_bytes,
+)
+
+COVER_LETTER = "cover-letter.txt"
+DEP3_TRAILERS = ("Bug", "Bug-Debian", "Forwarded", "Applied-Upstream")
+GIT_EXPORT_OPTIONS: Sequence[str] = (
+    "--zero-commit", "--no-signature", "--full-index", "--stat=80", "--numbered",
+    "--cover-letter", "--cover-from-description=subject",
+)
+
+
+def check_out_dir(out: Path) -> Optional[str]:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return f"{out} exists and is not an empty directory"
+    return None
+
+
+def check_series(series: Sequence[Path]) -> Optional[str]:
+    if not series:
+        return "patches/series lists no patch"
+    missing = [p.name for p in series if not p.is_file()]
+    return f"patches/series lists missing files: {', '.join(missing)}" if missing else None
+
+
+def committer_env(project: Project) -> Dict[str, str]:
+    return {k: v for k, v in series_io.commit_env(project).items() if not k.startswith("GIT_AUTHOR")}
+
+
+def series_repo(project: Project, runner: Runner, workdir: Path) -> Tuple[Path, str]:
+    """Temp repo = pristine base commit + `git am` of patches/; returns (repo, base commit)."""
+    series = read_series(project) if project.series_file.is_file() else []
+    error = check_series(series)
+    if error:
+        raise PatchsetError(error)
+    repo = workdir / "repo"
+    pristine = series_io.pristine_files(project)
+    base = series_io.make_base_repo(pristine, repo, runner)
+    series_io.am_series(repo, series, runner, committer_env(project))
+    warning = tests_patch_cmd.drift(project, runner, series, pristine, workdir / "tests-patch")
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    return repo, base
+
+
+# ---- git ---------------------------------------------------------------------------------------
+
+
+def base_paragraph(project: Project) -> str:
+    pin = base_pin(project)
+    hashes = "".join(f"  {digest}  {path}\n" for path, digest in read_base_hashes(project).items())
+    return (
+        f"Base: PyTorch tag {pin['upstream_tag']} (the same files ship in Debian's source package "
+        f"{pin['debian_source_package']} {pin['debian_source_version']}). The base-commit below "
+        "is that of a repo holding only the base files; their sha256:\n" + hashes
+    )
+
+
+def cover_description(project: Project) -> str:
+    path = project.patches / COVER_LETTER
+    if not path.is_file():
+        raise PatchsetError(f"{path} is missing (first paragraph: subject; then the blurb)")
+    text = path.read_text().strip()
+    if not text:
+        raise PatchsetError(f"{path} is empty")
+    return text + "\n\n" + base_paragraph(project)
+
+
+def export_git(project: Project, runner: Runner, workdir: Path, out: Path) -> List[Path]:
+    repo, base = series_repo(project, runner, workdir)
+    runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project),
+               cwd=repo, env=series_io.isolated_env(), capture=True)
+    made = series_io.format_patches(repo, f"{base}..HEAD", workdir / "git", runner,
+                                    [*GIT_EXPORT_OPTIONS, f"--base={base}"], committer_env(project))
+    return copy_files(made, out)
+
+
+def copy_files(files: Sequence[Path], out: Path) -> List[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in files:
+        shutil.copyfile(path, out / path.name)
+        written.append(out / path.name)
+    return written
+
+
+# ---- quilt -------------------------------------------------------------------------------------
+
+
+def commit_meta(repo: Path, rev: str, runner: Runner) -> Dict[str, str]:
+    fmt = "%an%x00%ae%x00%s%x00%b%x00%(trailers:only,unfold)"
+    out = runner.git("log", "-1", f"--format={fmt}", rev, cwd=repo, env=series_io.isolated_env(),
+                     capture=True).stdout
+    name, email, subject, body, trailers = out.split("\0")
+    return {"name": name, "email": email, "subject": subject, "body": body, "trailers": trailers}
+
+
+def parse_trailers(text: str) -> List[Tuple[str, str]]:
+    pairs = []
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def strip_trailers(body: str, drop: Sequence[Tuple[str, str]]) -> str:
+    """The body without the DEP-3 trailer lines of its last paragraph."""
+    paragraphs = body.strip("\n").split("\n\n")
+    if drop and paragraphs:
+        unwanted = {f"{k}: {v}" for k, v in drop}
+        kept = [line for line in paragraphs[-1].splitlines() if line.strip() not in unwanted]
+        paragraphs[-1] = "\n".join(kept)
+    return "\n\n".join(p for p in paragraphs if p.strip())
+
+
+def description_field(subject: str, body: str) -> str:
+    lines = [f"Description: {subject}"]
+    for line in body.splitlines():
+        lines.append(" " + line if line.strip() else " .")
+    return "\n".join(lines) + "\n"
+
+
+def dep3_header(meta: Mapping[str, str], origin: str, last_update: str) -> str:
+    trailers = parse_trailers(meta["trailers"])
+    dep3 = [(k, v) for k, v in trailers if k in DEP3_TRAILERS]
+    fields = dict(dep3)
+    header = description_field(meta["subject"], strip_trailers(meta["body"], dep3))
+    header += f"Author: {meta['name']} <{meta['email']}>\n"
+    header += f"Origin: {origin}\n"
+    for key in ("Bug", "Bug-Debian", "Applied-Upstream"):
+        if key in fields:
+            header += f"{key}: {fields[key]}\n"
+    header += f"Forwarded: {fields.get('Forwarded', 'no')}\n"
+    header += f"Last-Update: {last_update}\n"
+    return header
+
+
+def diff_part(patch_text: str) -> str:
+    """What follows the `---` line ending the commit message: the diffstat and the diff."""
+    lines = patch_text.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if line.rstrip("\n") == "---":
+            return "".join(lines[index + 1:])
+    raise PatchsetError("format-patch output without a `---` separator")
+
+
+def series_id(patches: Sequence[Path]) -> str:
+    return sha256_bytes(b"".join(p.read_bytes() for p in patches))[:12]
+
+
+def origin_text(project: Project, patches: Sequence[Path]) -> str:
+    tag = base_pin(project)["upstream_tag"]
+    return f"vendor, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
+
+
+def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path) -> List[Path]:
+    repo, base = series_repo(project, runner, workdir)
+    patches = series_io.format_series(repo, base, workdir / "canonical", runner)
+    revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo,
+                      env=series_io.isolated_env(), capture=True).stdout.split()
+    origin = origin_text(project, patches)
+    last_update = identity(project)["date"][:10]
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rev, patch in zip(revs, patches):
+        header = dep3_header(commit_meta(repo, rev, runner), origin, last_update)
+        target = out / patch.name
+        target.write_text(header + "---\n" + diff_part(patch.read_text()))
+        written.append(target)
+    (out / "series").write_text(series_io.series_text(patches))
+    return written
+
+
+def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()
+    error = check_out_dir(out)
+    if error:
+        raise PatchsetError(error)
+    with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
+        staged = Path(tmp) / "out"  # written in full before anything reaches --out
+        exporter = export_git if args.format == "git" else export_quilt
+        files = exporter(project, runner, Path(tmp), staged)
+        shutil.copytree(staged, out, dirs_exist_ok=True)
+    for path in files:
+        print(out / path.name)
+    if args.format == "git":
+        print("apply on a v1.13.1 git checkout (all but the cover letter): "
+              f"ls {out}/*.patch | grep -v /0000-cover-letter.patch | xargs git am")
+    else:
+        print(f"apply: copy {out} to debian/patches/ (or QUILT_PATCHES={out}) and run `quilt push -a`")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="export the series for a PR (git) or for a Debian package (quilt)",
+        description="Write the series as git format-patch files with a cover letter, or as a "
+                    "debian/patches directory with DEP-3 headers; byte-reproducible.",
+    )
+    parser.add_argument("--format", choices=["git", "quilt"], required=True)
+    parser.add_argument("--out", required=True, help="empty or new directory to write into")
+    parser.set_defaults(func=cmd_export)

@@ -1,0 +1,231 @@
+"""The canonical way patches are produced and applied: git only, byte-reproducible.
+
+`format_series` is the one producer of `patches/NNNN-Subject.patch` + `patches/series`; refresh,
+tests-patch and the lead's manual runs use it, so a patch file differs only when its commit does.
+Reproducibility rests on: fixed format-patch options (every option that a user's config could
+change is given explicitly), git config isolated from the user's (`GIT_CONFIG_GLOBAL=/dev/null`,
+no system config, C locale for diffstat wording), fixed identities and dates for the commits we
+create, and `--zero-commit` so commit ids never appear in patch files.
+
+Temp repos are built from the pristine base files only (three files, not the 134 MB tree): the
+patches touch nothing else, and a tiny repo makes `git am` / `format-patch` instant.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+from .common import (
+    PatchsetError,
+    Project,
+    Runner,
+    git_identity_env,
+    identity,
+    read_base_hashes,
+    sha256_bytes,
+)
+
+# The canonical options of `patches/`: `-N` gives "[PATCH]" subjects whatever the series length,
+# so inserting a patch does not rewrite the subject line of every other one.
+CANONICAL_OPTIONS: Sequence[str] = (
+    "--zero-commit",
+    "--no-signature",
+    "--full-index",
+    "--stat=80",
+    "-N",
+    "--no-cover-letter",
+    "--no-base",
+)
+
+# Options that only pin down what a user's or a repo's config could otherwise change.
+PINNED_OPTIONS: Sequence[str] = (
+    "--no-thread",
+    "--no-to",
+    "--no-cc",
+    "--no-add-header",
+    "--subject-prefix=PATCH",
+    "--suffix=.patch",
+    "--filename-max-length=64",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "--no-renames",
+    "--diff-algorithm=myers",
+)
+
+# The base commit of every temp repo: fixed, so `base-commit:` of an export is stable.
+BASE_IDENTITY: Mapping[str, str] = {
+    "GIT_AUTHOR_NAME": "PyTorch v1.13.1 base",
+    "GIT_AUTHOR_EMAIL": "base@fake-tensor-patchset.invalid",
+    "GIT_AUTHOR_DATE": "2022-12-15T00:00:00+00:00",
+    "GIT_COMMITTER_NAME": "PyTorch v1.13.1 base",
+    "GIT_COMMITTER_EMAIL": "base@fake-tensor-patchset.invalid",
+    "GIT_COMMITTER_DATE": "2022-12-15T00:00:00+00:00",
+}
+BASE_MESSAGE = "PyTorch v1.13.1 base files\n\nThe files the patch set touches, as in tag v1.13.1.\n"
+BRANCH = "main"
+
+
+def isolated_env(cwd: Optional[Path] = None) -> Dict[str, str]:
+    """git without the user's global/system config, in the C locale; stops repo discovery at cwd."""
+    env = {
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "LC_ALL": "C",
+        "LANGUAGE": "",
+    }
+    if cwd is not None:
+        # A git-less temp dir inside some work tree must not be taken for part of it.
+        env["GIT_CEILING_DIRECTORIES"] = str(Path(cwd).resolve().parent)
+    return env
+
+
+def commit_env(project: Project) -> Dict[str, str]:
+    """Identity and dates (author and committer) for commits the tool creates."""
+    return {
+        **isolated_env(),
+        **git_identity_env(project),
+        "GIT_AUTHOR_DATE": identity(project)["date"],
+    }
+
+
+def write_files(root: Path, files: Mapping[str, bytes]) -> None:
+    for path, data in files.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+def read_files(root: Path, paths: Iterable[str]) -> Dict[str, bytes]:
+    return {path: (root / path).read_bytes() for path in paths}
+
+
+def check_pristine_files(files: Mapping[str, bytes], hashes: Mapping[str, str]) -> Optional[str]:
+    for path, digest in hashes.items():
+        if path not in files:
+            return f"pristine base file {path} is missing"
+        if sha256_bytes(files[path]) != digest:
+            return f"{path} does not have the sha256 pinned in patches/base.sha256"
+    return None
+
+
+def pristine_files(project: Project) -> Dict[str, bytes]:
+    """The base files of patches/base.sha256, from .cache/pristine or an unpatched default checkout."""
+    hashes = read_base_hashes(project)
+    problems = []
+    for root in (project.pristine, project.default_checkout):
+        if not all((root / path).is_file() for path in hashes):
+            problems.append(f"{root}: files missing")
+            continue
+        files = read_files(root, hashes)
+        error = check_pristine_files(files, hashes)
+        if error is None:
+            return files
+        problems.append(f"{root}: {error}")
+    raise PatchsetError(
+        "no pristine base files (" + "; ".join(problems) + "); run `patchset setup` first"
+    )
+
+
+def init_repo(dest: Path, runner: Runner) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    runner.git("init", "-q", f"--initial-branch={BRANCH}", cwd=dest, env=isolated_env(dest),
+               capture=True)
+
+
+def make_base_repo(pristine_files: Mapping[str, bytes], dest: Path, runner: Runner) -> str:
+    """A new git repo at `dest` whose one commit holds the pristine files; returns its commit id."""
+    init_repo(dest, runner)
+    write_files(dest, pristine_files)
+    env = {**isolated_env(), **BASE_IDENTITY}
+    runner.git("add", "--", *sorted(pristine_files), cwd=dest, env=env, capture=True)
+    runner.git("commit", "-q", "--no-verify", "-m", BASE_MESSAGE, cwd=dest, env=env, capture=True)
+    return head(dest, runner)
+
+
+def head(repo: Path, runner: Runner, rev: str = "HEAD") -> str:
+    return runner.git("rev-parse", "--verify", f"{rev}^{{commit}}", cwd=repo, env=isolated_env(),
+                      capture=True).stdout.strip()
+
+
+def am_series(repo: Path, patches: Sequence[Path], runner: Runner, env: Mapping[str, str]) -> None:
+    """`git am` the patches in order; on failure abort (repo back at its HEAD) and name the patch."""
+    if not patches:
+        return
+    proc = runner.git("am", "-q", "--no-3way", "--no-keep-cr", *[str(p) for p in patches],
+                      cwd=repo, env={**isolated_env(), **env}, capture=True, check=False)
+    if proc.returncode == 0:
+        return
+    runner.git("am", "--abort", cwd=repo, env=isolated_env(), capture=True, check=False)
+    raise PatchsetError(
+        "git am failed: " + (proc.stdout + proc.stderr).strip().replace("\n", "\n  ")
+    )
+
+
+def format_patches(repo: Path, rev_range: str, out_dir: Path, runner: Runner,
+                   options: Sequence[str], env: Optional[Mapping[str, str]] = None) -> List[Path]:
+    """`git format-patch` into out_dir with the pinned options; returns the files in series order."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    proc = runner.git(
+        "format-patch", *options, *PINNED_OPTIONS, "-o", str(out_dir.resolve()), rev_range,
+        cwd=repo, env={**isolated_env(), **(env or {})}, capture=True,
+    )
+    return [Path(line.strip()) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def series_text(patches: Sequence[Path]) -> str:
+    return "".join(f"{p.name}\n" for p in patches)
+
+
+def format_series(repo: Path, base_rev: str, out_dir: Path, runner: Runner,
+                  start_number: int = 1) -> List[Path]:
+    """Canonical patches for base_rev..HEAD of repo into out_dir, plus out_dir/series."""
+    patches = format_patches(repo, f"{base_rev}..HEAD", out_dir, runner,
+                             [*CANONICAL_OPTIONS, f"--start-number={start_number}"])
+    (out_dir / "series").write_text(series_text(patches))
+    return patches
+
+
+def changed_paths(repo: Path, old: str, new: str, runner: Runner) -> List[str]:
+    out = runner.git("diff", "--name-only", "--no-renames", "-z", old, new, "--",
+                     cwd=repo, env=isolated_env(), capture=True).stdout
+    return sorted(p for p in out.split("\0") if p)
+
+
+def apply_series_to_files(pristine_dir: Path, patches: Sequence[Path], dest_dir: Path,
+                          runner: Runner) -> None:
+    """Copy pristine_dir to dest_dir (git-less) and `git apply` each patch there, in order."""
+    shutil.copytree(pristine_dir, dest_dir, dirs_exist_ok=True)
+    env = isolated_env(dest_dir)
+    for patch in patches:
+        proc = runner.git("apply", "--check", str(Path(patch).resolve()), cwd=dest_dir, env=env,
+                          capture=True, check=False)
+        if proc.returncode != 0:
+            raise PatchsetError(f"{Path(patch).name} does not apply: {proc.stderr.strip()}")
+        runner.git("apply", str(Path(patch).resolve()), cwd=dest_dir, env=env, capture=True)
+
+
+def rev_files(repo: Path, rev: str, paths: Sequence[str], runner: Runner,
+              scratch: Path) -> Dict[str, bytes]:
+    """Bytes of `paths` at `rev` (paths missing there are left out), exact: via `git archive`."""
+    listed = runner.git("ls-tree", "-r", "-z", "--name-only", rev, "--", *paths,
+                        cwd=repo, env=isolated_env(), capture=True).stdout
+    present = sorted(p for p in listed.split("\0") if p)
+    if not present:
+        return {}
+    tar = scratch / "rev-files.tar"
+    runner.git("archive", "--format=tar", "-o", str(tar.resolve()), rev, "--", *present,
+               cwd=repo, env=isolated_env(), capture=True)
+    return _read_tar(tar, present)
+
+
+def _read_tar(tar: Path, paths: Sequence[str]) -> Dict[str, bytes]:
+    files: Dict[str, bytes] = {}
+    with tarfile.open(tar) as archive:
+        for path in paths:
+            member = archive.extractfile(path)
+            if member is not None:
+                files[path] = member.read()
+    return files

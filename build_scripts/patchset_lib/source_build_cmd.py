@@ -1,0 +1,353 @@
+"""`patchset source-build [--checkout DIR] [--dry-run] [--preflight]`: build the patched checkout.
+
+A real CPU-only build of PyTorch from the patched checkout (`python setup.py develop`) into its
+own venv `.venv-source-build` (no system site-packages: Debian's torch must not shadow the
+build), then upstream's tests against it from `<checkout>/test`; with the tests patch applied,
+`test_fake_tensor.py` runs ours too. Output goes to the terminal and `.cache/source-build.log`.
+
+It needs a full source tree: Debian's +dfsg orig tarball (the default checkout) strips the
+vendored third_party sources (pybind11, fmt, sleef, ...), so preflight fails on it by design.
+What works is a git clone of pytorch/pytorch at tag v1.13.1 with
+`git submodule update --init --recursive`, patched with `git am` of `patchset export --format git`.
+Expect hours on 2 cores and 20+ GB of disk; `--preflight` checks what can be checked up front,
+`--dry-run` prints the exact plan.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .common import PatchsetError, Project, Runner, base_pin, read_base_hashes, sha256_file
+
+VENV_DIR = ".venv-source-build"
+LOG_NAME = "source-build.log"
+MIN_CMAKE = (3, 13)  # cmake_minimum_required of v1.13.1's CMakeLists.txt and setup_helpers
+MIN_GCC = (7, 0)     # C++14; v1.13.1's CMakeLists.txt special-cases GCC < 7 with extra flags
+MIN_DISK_GB = 30
+MIN_RAM_GB = 8
+RAM_GB_PER_JOB = 4   # a C++ compile of ATen peaks near 2-4 GB
+
+# CPU only, and none of the optional libraries whose sources we do not need.
+BUILD_ENV: Mapping[str, str] = {
+    "USE_CUDA": "0",
+    "BUILD_TEST": "0",
+    "USE_DISTRIBUTED": "0",
+    "USE_MKLDNN": "0",
+    "USE_FBGEMM": "0",
+    "USE_NNPACK": "0",
+    "USE_QNNPACK": "0",
+    "USE_XNNPACK": "0",
+    "USE_KINETO": "0",
+    "USE_ITT": "0",
+}
+
+# A file of each vendored source the CPU build above compiles or includes.
+THIRD_PARTY_MARKERS: Sequence[str] = (
+    "third_party/pybind11/include/pybind11/pybind11.h",
+    "third_party/fmt/CMakeLists.txt",
+    "third_party/sleef/CMakeLists.txt",
+    "third_party/cpuinfo/CMakeLists.txt",
+    "third_party/pthreadpool/CMakeLists.txt",
+    "third_party/FP16/include/fp16.h",
+    "third_party/FXdiv/include/fxdiv.h",
+    "third_party/psimd/include/psimd.h",
+    "third_party/onnx/CMakeLists.txt",
+    "third_party/foxi/CMakeLists.txt",
+    "third_party/protobuf/cmake/CMakeLists.txt",
+    "third_party/flatbuffers/include/flatbuffers/flatbuffers.h",
+    "third_party/eigen/Eigen/Core",
+    "third_party/pocketfft/pocketfft_hdronly.h",
+)
+GOOD_CHECKOUT = ("a git clone of pytorch/pytorch at tag v1.13.1 with "
+                 "`git submodule update --init --recursive`")
+
+# Build requirements of v1.13.1 (its requirements.txt), pinned where newer releases break it:
+# numpy 2 changed the C ABI, setuptools 70+ dropped what `setup.py develop` of 2022 expects.
+PIP_PACKAGES: Sequence[str] = (
+    "numpy<2", "setuptools<70", "pyyaml", "typing_extensions", "astunparse", "cffi", "six",
+    "requests", "sympy", "pytest==9.2.0", "expecttest==0.3.0",
+)
+UPSTREAM_TESTS: Sequence[Tuple[str, ...]] = (
+    ("test_fake_tensor.py",),
+    ("test_meta.py", "-k", "TestMetaConverter"),
+)
+
+
+# ---- checks: each returns an error message or None ---------------------------------------------
+
+
+def check_checkout_tree(checkout: Path) -> Optional[str]:
+    missing = [name for name in ("setup.py", "CMakeLists.txt", "torch", "test")
+               if not (checkout / name).exists()]
+    if missing:
+        return f"{checkout} is not a PyTorch source tree (no {', '.join(missing)})"
+    return None
+
+
+def check_third_party(checkout: Path) -> Optional[str]:
+    missing = [m for m in THIRD_PARTY_MARKERS if not (checkout / m).is_file()]
+    if not missing:
+        return None
+    return (
+        f"{checkout} lacks the vendored third_party sources a build compiles "
+        f"({len(missing)} of {len(THIRD_PARTY_MARKERS)} missing, e.g. {', '.join(missing[:4])}). "
+        "Debian's +dfsg source tree strips them; build from " + GOOD_CHECKOUT
+        + " instead, patched with `git am` of `patchset export --format git`"
+    )
+
+
+def check_patched(checkout: Path, base_hashes: Mapping[str, str]) -> Optional[str]:
+    pristine = [path for path, digest in base_hashes.items()
+                if (checkout / path).is_file() and sha256_file(checkout / path) == digest]
+    if len(pristine) == len(base_hashes):
+        return f"{checkout} is not patched (all base files pristine); apply the series first"
+    return None
+
+
+def parse_version(text: str) -> Optional[Tuple[int, ...]]:
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(g) for g in match.groups() if g is not None) if match else None
+
+
+def check_version(tool: str, text: str, minimum: Tuple[int, ...]) -> Optional[str]:
+    version = parse_version(text)
+    wanted = ".".join(map(str, minimum))
+    if version is None:
+        return f"cannot read the version of {tool} from {text.strip()[:80]!r}"
+    if version < minimum:
+        return f"{tool} {'.'.join(map(str, version))} is too old; v1.13.1 needs {wanted} or newer"
+    return None
+
+
+def check_tool(name: str, path_env: str, hint: str) -> Optional[str]:
+    if shutil.which(name, path=path_env) is None:
+        return f"{name} not found on PATH ({hint})"
+    return None
+
+
+def tool_version(runner: Runner, argv: Sequence[str]) -> str:
+    proc = runner.run(argv, capture=True, check=False)
+    return proc.stdout + proc.stderr
+
+
+def check_compilers(runner: Runner, path_env: str) -> Optional[str]:
+    for name in ("gcc", "g++"):
+        error = check_tool(name, path_env, "apt-get install build-essential")
+        if error:
+            return error
+    gxx = shutil.which("g++", path=path_env) or "g++"
+    return check_version("g++", tool_version(runner, [gxx, "-dumpfullversion"]), MIN_GCC)
+
+
+def check_cmake(runner: Runner, path_env: str) -> Optional[str]:
+    error = check_tool("cmake", path_env, "apt-get install cmake")
+    if error:
+        return error
+    cmake = shutil.which("cmake", path=path_env) or "cmake"
+    return check_version("cmake", tool_version(runner, [cmake, "--version"]), MIN_CMAKE)
+
+
+def check_disk_free(free_bytes: int, need_gb: int = MIN_DISK_GB) -> Optional[str]:
+    if free_bytes < need_gb * 2**30:
+        return f"{free_bytes / 2**30:.1f} GB free; a build tree needs about {need_gb} GB"
+    return None
+
+
+def mem_total_bytes(meminfo: str) -> int:
+    match = re.search(r"^MemTotal:\s+(\d+)\s+kB", meminfo, re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else 0
+
+
+def check_memory(total_bytes: int, need_gb: int = MIN_RAM_GB) -> Optional[str]:
+    if total_bytes < need_gb * 2**30:
+        return f"{total_bytes / 2**30:.1f} GB RAM; the build needs at least {need_gb} GB"
+    return None
+
+
+def check_python(python: Path) -> Optional[str]:
+    if not python.is_file():
+        return f"{python} not found (the build uses the Python the system torch is built for)"
+    return None
+
+
+def check_python_headers(include_dir: Path) -> Optional[str]:
+    if not (include_dir / "Python.h").is_file():
+        return f"no Python.h in {include_dir} (apt-get install python3-dev)"
+    return None
+
+
+def max_jobs(cores: int, total_bytes: int) -> int:
+    return max(1, min(cores, total_bytes // (RAM_GB_PER_JOB * 2**30)))
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    title: str
+    argv: Tuple[str, ...]
+    cwd: Path
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    checkout: Path
+    python: Path
+    venv: Path
+    log: Path
+    env: Mapping[str, str]
+    steps: Tuple[Step, ...]
+
+
+def build_env(cores: int, total_bytes: int) -> Dict[str, str]:
+    return {**BUILD_ENV, "MAX_JOBS": str(max_jobs(cores, total_bytes))}
+
+
+def make_plan(project: Project, checkout: Path, cores: int, total_bytes: int) -> Plan:
+    python = Path(base_pin(project)["system_python"])
+    venv = project.root / VENV_DIR
+    vpy = str(venv / "bin" / "python")
+    env = build_env(cores, total_bytes)
+    tests = tuple(
+        Step(f"upstream tests: {' '.join(args)}", (vpy, "-m", "pytest", *args, "-q"), checkout / "test")
+        for args in UPSTREAM_TESTS
+    )
+    steps = (
+        Step("create the venv", (str(python), "-m", "venv", str(venv)), project.root),
+        Step("install build requirements", (vpy, "-m", "pip", "install", *PIP_PACKAGES), project.root),
+        Step("build and install torch (setup.py develop)", (vpy, "setup.py", "develop"), checkout, env),
+        *tests,
+    )
+    return Plan(checkout=checkout, python=python, venv=venv, log=project.cache / LOG_NAME,
+                env=env, steps=steps)
+
+
+def plan_text(plan: Plan) -> str:
+    lines = [
+        f"checkout: {plan.checkout}",
+        f"python:   {plan.python}",
+        f"venv:     {plan.venv}",
+        f"log:      {plan.log}",
+        "build env: " + " ".join(f"{k}={v}" for k, v in plan.env.items()),
+    ]
+    for number, step in enumerate(plan.steps, 1):
+        env = " ".join(f"{k}={v}" for k, v in step.env.items())
+        command = (env + " " if env else "") + shlex.join(step.argv)
+        lines.append(f"[{number}/{len(plan.steps)}] {step.title}\n    (cd {step.cwd} && {command})")
+    return "\n".join(lines)
+
+
+# ---- preflight ---------------------------------------------------------------------------------
+
+
+def python_include_dir(runner: Runner, python: Path) -> Path:
+    if not python.is_file():
+        return Path("/nonexistent")
+    proc = runner.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                      capture=True, check=False)
+    return Path(proc.stdout.strip() or "/nonexistent")
+
+
+def nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def preflight_checks(project: Project, runner: Runner, checkout: Path, path_env: str,
+                     total_bytes: int) -> List[Tuple[str, Callable[[], Optional[str]]]]:
+    python = Path(base_pin(project)["system_python"])
+    return [
+        ("checkout is a source tree", lambda: check_checkout_tree(checkout)),
+        ("vendored third_party sources", lambda: check_third_party(checkout)),
+        ("checkout is patched", lambda: check_patched(checkout, read_base_hashes(project))),
+        ("gcc/g++", lambda: check_compilers(runner, path_env)),
+        ("cmake", lambda: check_cmake(runner, path_env)),
+        ("ninja", lambda: check_tool("ninja", path_env, "apt-get install ninja-build")),
+        ("python", lambda: check_python(python)),
+        ("Python headers", lambda: check_python_headers(python_include_dir(runner, python))),
+        ("disk space", lambda: check_disk_free(
+            shutil.disk_usage(nearest_existing(checkout)).free)),
+        ("memory", lambda: check_memory(total_bytes)),
+    ]
+
+
+def run_preflight(checks: Sequence[Tuple[str, Callable[[], Optional[str]]]]) -> List[str]:
+    """Print every check's result; return the failures."""
+    failures = []
+    for name, check in checks:
+        error = check()
+        print(f"  {'FAIL' if error else 'ok':<4}  {name}" + (f": {error}" if error else ""))
+        if error:
+            failures.append(f"{name}: {error}")
+    return failures
+
+
+# ---- running -----------------------------------------------------------------------------------
+
+
+def run_step(runner: Runner, step: Step, log: Path) -> None:
+    """Run one step with its output both on the terminal and appended to the log."""
+    with open(log, "a") as out:
+        out.write(f"\n==== {step.title}: {shlex.join(step.argv)} (in {step.cwd})\n")
+    shell = f"{shlex.join(step.argv)} 2>&1 | tee -a {shlex.quote(str(log))}"
+    proc = runner.run(["bash", "-o", "pipefail", "-c", shell], cwd=step.cwd, env=dict(step.env),
+                      check=False)
+    if proc.returncode != 0:
+        raise PatchsetError(f"{step.title} failed (exit {proc.returncode}); see {log}")
+
+
+def execute(plan: Plan, runner: Runner) -> None:
+    plan.log.parent.mkdir(parents=True, exist_ok=True)
+    steps = plan.steps
+    if (plan.venv / "bin" / "python").is_file():
+        steps = steps[1:]  # the venv is there already; pip and setup.py are incremental
+    for number, step in enumerate(steps, 1):
+        print(f"[{number}/{len(steps)}] {step.title} (log: {plan.log})", flush=True)
+        run_step(runner, step, plan.log)
+
+
+def read_meminfo() -> str:
+    try:
+        return Path("/proc/meminfo").read_text()
+    except OSError:
+        return ""
+
+
+def cmd_source_build(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    checkout = Path(args.checkout).resolve() if args.checkout else project.default_checkout
+    total = mem_total_bytes(read_meminfo())
+    plan = make_plan(project, checkout, os.cpu_count() or 1, total)
+    if args.dry_run:
+        print(plan_text(plan))
+        return 0
+    print(f"preflight for {checkout}:")
+    failures = run_preflight(preflight_checks(project, runner, checkout, os.environ.get("PATH", ""), total))
+    if failures:
+        raise PatchsetError(f"preflight failed ({len(failures)} check(s)); nothing was built")
+    if args.preflight:
+        return 0
+    execute(plan, runner)
+    print(f"source build and upstream tests passed; venv: {plan.venv}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "source-build",
+        help="build the patched checkout from source (CPU only) and run upstream's tests on it",
+        description="CPU-only `setup.py develop` of the patched checkout into .venv-source-build, "
+                    "then upstream's tests. Needs a full git checkout with submodules; hours.",
+    )
+    parser.add_argument("--checkout", metavar="DIR", help="patched source tree (default: the cache's)")
+    parser.add_argument("--dry-run", action="store_true", help="print the exact plan and exit")
+    parser.add_argument("--preflight", action="store_true", help="only run the checks (exit 1 if any fails)")
+    parser.set_defaults(func=cmd_source_build)

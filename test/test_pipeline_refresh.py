@@ -1,0 +1,212 @@
+"""`patchset refresh --from DIR`: patches/ regenerated from commits in a git checkout.
+
+A synthetic series is applied with `git am` into a temp git repo (history below the base, the
+pristine base commit, the series), edited, and refreshed into a temp project copy.
+"""
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "build_scripts"))
+
+from patchset_lib import refresh_cmd, series_io  # noqa: E402
+from patchset_lib.common import PatchsetError, Project, Runner, read_series  # noqa: E402
+
+PRISTINE = {
+    "torch/_subclasses/meta_utils.py": b"def meta():\n    return 1\n",
+    "torch/_subclasses/fake_tensor.py": b"def fake():\n    return 2\n",
+    "test/test_fake_tensor.py": b"import unittest\n\n\nif __name__ == '__main__':\n    unittest.main()\n",
+}
+OTHER = {"torch/_subclasses/schema_check_mode.py": b"def check():\n    return 3\n",
+         "setup.py": b"# not touched\n"}
+IDENTITY = {"name": "Fake Tensor Patch Set", "email": "patchset@example.invalid",
+            "date": "2026-12-02T00:00:00+00:00"}
+Edit = Tuple[str, Dict[str, bytes]]
+EDITS: Sequence[Edit] = (
+    ("Weak memo for converters\n\nWhy and what.\n",
+     {"torch/_subclasses/meta_utils.py": b"def meta():\n    return 10\n"}),
+    ("Fallback aliasing\n\nOutputs alias inputs.\n",
+     {"torch/_subclasses/fake_tensor.py": b"def fake():\n    return 20\n"}),
+)
+EDITOR = {"GIT_AUTHOR_NAME": "Editor", "GIT_AUTHOR_EMAIL": "editor@example.invalid",
+          "GIT_COMMITTER_NAME": "Editor", "GIT_COMMITTER_EMAIL": "editor@example.invalid",
+          "GIT_AUTHOR_DATE": "2026-12-03T00:00:00+00:00", "GIT_COMMITTER_DATE": "2026-12-03T00:00:00+00:00"}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest(base: Mapping[str, bytes], result: Mapping[str, bytes]) -> str:
+    return "".join(f"{p} {sha(base[p])} {sha(result[p])}\n" for p in sorted(result)
+                   if p.startswith("torch/") and base[p] != result[p])
+
+
+def make_project(root: Path) -> Project:
+    (root / "patches").mkdir(parents=True)
+    (root / "patches/identity.json").write_text(json.dumps(IDENTITY))
+    (root / "patches/base.json").write_text(json.dumps({"upstream_tag": "v1.13.1",
+                                                        "tree_dir": "pytorch-1.13.1"}))
+    # Deliberately not sorted: refresh must keep the order of existing lines.
+    (root / "patches/base.sha256").write_text("".join(f"{sha(d)}  {p}\n" for p, d in PRISTINE.items()))
+    series_io.write_files(root / ".cache/pristine", PRISTINE)
+    return Project(root)
+
+
+def commit(repo: Path, runner: Runner, message: str, files: Mapping[str, bytes],
+           env: Mapping[str, str]) -> None:
+    series_io.write_files(repo, files)
+    runner.git("add", "-A", cwd=repo, env=env, capture=True)
+    runner.git("commit", "-q", "-m", message, cwd=repo, env={**series_io.isolated_env(), **env},
+               capture=True)
+
+
+def write_series(project: Project, runner: Runner, work: Path) -> None:
+    """The canonical series of EDITS, base.sha256 and MANIFEST, as the lead would commit them."""
+    repo = work / "series-repo"
+    base = series_io.make_base_repo(PRISTINE, repo, runner)
+    for message, files in EDITS:
+        commit(repo, runner, message, files, series_io.commit_env(project))
+    series_io.format_series(repo, base, project.patches, runner)
+    result = {**PRISTINE, **{p: d for _, files in EDITS for p, d in files.items()}}
+    project.overlay.mkdir()
+    project.overlay_manifest.write_text(manifest(PRISTINE, result))
+
+
+def checkout_with_series(project: Project, runner: Runner, path: Path) -> Path:
+    """A git checkout: an older revision, then the pristine base, then `git am` of the series."""
+    repo = path
+    series_io.init_repo(repo, runner)
+    older = {p: d.replace(b"return", b"return -") for p, d in PRISTINE.items()}
+    commit(repo, runner, "older upstream", {**older, **OTHER}, EDITOR)
+    commit(repo, runner, "v1.13.1", PRISTINE, EDITOR)
+    series_io.am_series(repo, read_series(project), runner, EDITOR)
+    return repo
+
+
+def refresh(project: Project, runner: Runner, source: Path, base: Optional[str] = None) -> int:
+    return refresh_cmd.cmd_refresh(project, runner, argparse.Namespace(source=str(source), base=base))
+
+
+def tree_hashes(root: Path) -> Dict[str, str]:
+    return {str(p.relative_to(root)): sha(p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def runner() -> Runner:
+    return Runner(echo=False)
+
+
+@pytest.fixture
+def project(tmp_path: Path, runner: Runner) -> Project:
+    project = make_project(tmp_path / "proj")
+    write_series(project, runner, tmp_path)
+    return project
+
+
+@pytest.fixture
+def checkout(project: Project, runner: Runner, tmp_path: Path) -> Path:
+    return checkout_with_series(project, runner, tmp_path / "checkout")
+
+
+def head_files(repo: Path) -> Dict[str, bytes]:
+    return series_io.read_files(repo, PRISTINE)
+
+
+def test_refresh_without_edits_changes_no_byte(project: Project, runner: Runner, checkout: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    before = tree_hashes(project.root)
+    assert refresh(project, runner, checkout) == 0
+    assert tree_hashes(project.root) == before
+    out = capsys.readouterr().out
+    assert out.count("  unchanged  ") == 2
+    assert "refreshed: nothing changed" in out
+    assert out.count(" = ") == 2  # range-diff: both commits equal
+
+
+def test_base_is_the_newest_pristine_ancestor(project: Project, runner: Runner, checkout: Path,
+                                              tmp_path: Path) -> None:
+    hashes = {p: sha(d) for p, d in PRISTINE.items()}
+    base = refresh_cmd.find_base(checkout, runner, hashes, tmp_path)
+    subject = runner.git("log", "-1", "--format=%s", base, cwd=checkout, capture=True).stdout.strip()
+    assert subject == "v1.13.1"
+    assert base == series_io.head(checkout, runner, "HEAD~2")
+
+
+def test_amended_and_added_commits(project: Project, runner: Runner, checkout: Path,
+                                   capsys: pytest.CaptureFixture) -> None:
+    old_second = (project.patches / "0002-Fallback-aliasing.patch").read_bytes()
+    old_first = (project.patches / "0001-Weak-memo-for-converters.patch").read_bytes()
+    new_fake = b"def fake():\n    return 21\n"
+    series_io.write_files(checkout, {"torch/_subclasses/fake_tensor.py": new_fake})
+    runner.git("commit", "-q", "-a", "--amend", "--no-edit", cwd=checkout, env=EDITOR, capture=True)
+    new_other = b"def check():\n    return 30\n"
+    commit(checkout, runner, "Schema check follows\n\nBody.\n",
+           {"torch/_subclasses/schema_check_mode.py": new_other}, EDITOR)
+    assert refresh(project, runner, checkout) == 0
+    names = [p.name for p in read_series(project)]
+    assert names == ["0001-Weak-memo-for-converters.patch", "0002-Fallback-aliasing.patch",
+                     "0003-Schema-check-follows.patch"]
+    assert (project.patches / names[0]).read_bytes() == old_first
+    assert (project.patches / names[1]).read_bytes() != old_second
+    assert "+    return 21" in (project.patches / names[1]).read_text()
+    assert "From: Editor <editor@example.invalid>" in (project.patches / names[2]).read_text()
+    out = capsys.readouterr().out
+    assert "  unchanged  0001-" in out and "  modified   0002-" in out and "  added      0003-" in out
+    assert "-:  ------- > 3:" in out  # range-diff: a new commit
+    # base.sha256: old lines kept in order, the newly touched base file appended.
+    lines = project.base_hashes_file.read_text().splitlines()
+    assert lines == [f"{sha(d)}  {p}" for p, d in PRISTINE.items()] + [
+        f"{sha(OTHER['torch/_subclasses/schema_check_mode.py'])}  torch/_subclasses/schema_check_mode.py"]
+    result = {**head_files(checkout), "torch/_subclasses/schema_check_mode.py": new_other}
+    base = {**PRISTINE, **{"torch/_subclasses/schema_check_mode.py": OTHER["torch/_subclasses/schema_check_mode.py"]}}
+    assert project.overlay_manifest.read_text() == manifest(base, result)
+    assert project.overlay_manifest.read_text().count("\n") == 3
+
+
+def test_dropped_commit_removes_its_patch(project: Project, runner: Runner, checkout: Path,
+                                          capsys: pytest.CaptureFixture) -> None:
+    runner.git("reset", "-q", "--hard", "HEAD~1", cwd=checkout, capture=True)
+    refresh(project, runner, checkout)
+    assert [p.name for p in read_series(project)] == ["0001-Weak-memo-for-converters.patch"]
+    assert not (project.patches / "0002-Fallback-aliasing.patch").exists()
+    assert "  removed    0002-Fallback-aliasing.patch" in capsys.readouterr().out
+    assert project.overlay_manifest.read_text().count("\n") == 1
+
+
+def test_dirty_tree_is_refused_and_nothing_changes(project: Project, runner: Runner,
+                                                   checkout: Path) -> None:
+    (checkout / "torch/_subclasses/meta_utils.py").write_text("edited, not committed\n")
+    before = tree_hashes(project.root)
+    with pytest.raises(PatchsetError, match="uncommitted changes"):
+        refresh(project, runner, checkout)
+    assert tree_hashes(project.root) == before
+
+
+def test_explicit_base(project: Project, runner: Runner, checkout: Path) -> None:
+    before = tree_hashes(project.root)
+    assert refresh(project, runner, checkout, base="HEAD~2") == 0
+    assert tree_hashes(project.root) == before
+    with pytest.raises(PatchsetError, match="not the pristine file"):
+        refresh(project, runner, checkout, base="HEAD~3")
+    with pytest.raises(PatchsetError, match="no such commit"):
+        refresh(project, runner, checkout, base="no-such-rev")
+    assert tree_hashes(project.root) == before
+
+
+def test_no_pristine_ancestor_and_not_a_repo(project: Project, runner: Runner, tmp_path: Path) -> None:
+    repo = tmp_path / "unrelated"
+    series_io.init_repo(repo, runner)
+    commit(repo, runner, "something else", {"README": b"hi\n"}, EDITOR)
+    with pytest.raises(PatchsetError, match="pass --base REV"):
+        refresh(project, runner, repo)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(PatchsetError, match="not a git work tree"):
+        refresh(project, runner, plain)

@@ -1,0 +1,1152 @@
+# Owner(s): ["module: meta tensors"]
+# Tests of the patch set: weak memoization of MetaConverter / FakeTensorConverter (no leaks of
+# user tensors, modes or finalizers) and fallback kernels whose outputs alias their inputs.
+# A later patch appends these classes to upstream's test/test_fake_tensor.py, so every name
+# below is prefixed to stay clear of upstream's (FakeTensorTest, FakeTensorConverterTest, ...).
+
+import gc
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+import weakref
+
+import torch
+from torch._subclasses.fake_tensor import (
+    FakeTensor,
+    FakeTensorMode,
+    run_fallback_kernel,
+)
+from torch._subclasses.meta_utils import MetaConverter
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+# ---------------------------------------------------------------------------------------------
+# Operators without a Meta kernel, so that FakeTensorMode runs them through the fallback kernel.
+# Each CPU kernel records weak references to the real tensors it sees and returns, which lets the
+# tests check that no real temporary outlives the call.
+
+_patchset_kernel_refs = []
+
+
+def _patchset_seen(*tensors):
+    for t in tensors:
+        _patchset_kernel_refs.append(weakref.ref(t))
+
+
+def _patchset_mutate_(x):
+    _patchset_seen(x)
+    return x.add_(1)
+
+
+def _patchset_pair(x):
+    fresh = x + 1
+    _patchset_seen(x, fresh)
+    return x, fresh
+
+
+def _patchset_twice(x):
+    return x, x
+
+
+def _patchset_nested(x, y):
+    return [y * 2, x, x + y]
+
+
+def _patchset_second(x, y):
+    return y.mul_(2)
+
+
+def _patchset_fresh(x):
+    out = x.sum(0, dtype=torch.float64)
+    _patchset_seen(x, out)
+    return out
+
+
+def _patchset_narrow_view(x):
+    out = x.narrow(0, 1, 2)
+    _patchset_seen(x, out)
+    return out
+
+
+def _patchset_transpose_view(x):
+    return x.transpose(0, 1)
+
+
+def _patchset_select_view(x):
+    return x.select(1, 1)
+
+
+def _patchset_strided_view(x):
+    return x.as_strided((2, 2), (1, 2), x.storage_offset() + 1)
+
+
+def _patchset_second_view(x, y):
+    return y.narrow(0, 1, 2)
+
+
+def _patchset_int_view(x):
+    return x.view(torch.int32)
+
+
+def _patchset_flat_view(x):
+    # only a view because the real stand-in of the input is contiguous
+    out = x.view(-1)
+    _patchset_seen(x, out)
+    return out
+
+
+def _patchset_raw_alias(x):
+    return torch.empty(0, dtype=x.dtype).set_(x.storage(), x.storage_offset(), (x.numel(),), (1,))
+
+
+def _patchset_bad_pair(x):
+    return x + 1, x.view(-1)
+
+
+_patchset_lib = torch.library.Library("patchset_test", "DEF")
+for _schema, _kernel in [
+    ("mutate_(Tensor(a!) x) -> Tensor(a!)", _patchset_mutate_),
+    ("pair(Tensor(a!) x) -> (Tensor(a!), Tensor)", _patchset_pair),
+    ("twice(Tensor(a!) x) -> (Tensor(a!), Tensor(a!))", _patchset_twice),
+    ("nested(Tensor(a!) x, Tensor y) -> Tensor[]", _patchset_nested),
+    ("second(Tensor x, Tensor(b!) y) -> Tensor(b!)", _patchset_second),
+    ("fresh(Tensor x) -> Tensor", _patchset_fresh),
+    ("narrow_view(Tensor(a) x) -> Tensor(a)", _patchset_narrow_view),
+    ("transpose_view(Tensor(a) x) -> Tensor(a)", _patchset_transpose_view),
+    ("select_view(Tensor(a) x) -> Tensor(a)", _patchset_select_view),
+    ("strided_view(Tensor(a) x) -> Tensor(a)", _patchset_strided_view),
+    ("second_view(Tensor x, Tensor(b) y) -> Tensor(b)", _patchset_second_view),
+    ("int_view(Tensor(a) x) -> Tensor(a)", _patchset_int_view),
+    ("flat_view(Tensor(a) x) -> Tensor(a)", _patchset_flat_view),
+    ("raw_alias(Tensor(a) x) -> Tensor(a)", _patchset_raw_alias),
+    ("bad_pair(Tensor(a) x) -> (Tensor, Tensor(a))", _patchset_bad_pair),
+]:
+    _patchset_lib.define(_schema)
+    _patchset_lib.impl(_schema.split("(")[0], _kernel, "CPU")
+
+_patchset_ops = torch.ops.patchset_test
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers.
+
+
+def _patchset_finalizers():
+    # upstream 1.13.1 registered one weakref.finalize per conversion
+    return len(weakref.finalize._registry)  # type: ignore[attr-defined]
+
+
+def _patchset_conversion_on_stack():
+    """Whether a frame of meta_utils.py or fake_tensor.py is on the current stack."""
+    files = {
+        sys.modules["torch._subclasses.meta_utils"].__file__,
+        sys.modules["torch._subclasses.fake_tensor"].__file__,
+    }
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename in files:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _PatchsetCycle:
+    """Garbage that only the cycle collector frees; its __del__ logs where that happened."""
+
+    def __init__(self, payload, log):
+        self.payload = payload
+        self.log = log
+        self.me = self
+
+    def __del__(self):
+        self.log.append(_patchset_conversion_on_stack())
+
+
+def _patchset_collect_inside(convert, box):
+    """Drop the only reference to box's payload as cyclic garbage, then run `convert()` with
+    the collector set to fire at the first allocation, so that the payload dies while a
+    conversion is running. Returns (result of convert, log of the garbage's __del__)."""
+    log = []
+    gc.collect()
+    was_enabled = gc.isenabled()
+    threshold = gc.get_threshold()
+    gc.disable()
+    try:
+        _PatchsetCycle(box.pop(), log)
+        gc.set_threshold(1)
+        gc.enable()
+        out = convert()
+    finally:
+        gc.set_threshold(*threshold)
+        if not was_enabled:
+            gc.disable()
+    return out, log
+
+
+def _patchset_run_bounded(test, fn, timeout=300):
+    """Run fn in a daemon thread so that a deadlock fails the test instead of hanging it."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: B902 - handed back to the test thread
+            box["error"] = e
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    test.assertFalse(worker.is_alive(), "conversion did not finish (deadlock?)")
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Patch 0001: weak memoization.
+
+
+class WeakMemoMetaConverterTest(TestCase):
+    def test_hit_returns_same_meta(self):
+        x = torch.randn(3, 2)
+        mc = MetaConverter()
+        m = mc(x)
+        self.assertTrue(m.is_meta)
+        self.assertIs(mc(x), m)
+        self.assertEqual(len(mc.tensor_memo), 1)
+
+    def test_dead_tensor_leaves_memo_without_gc(self):
+        mc = MetaConverter()
+        gc.disable()
+        try:
+            x = torch.randn(4, 3)
+            v = x[1]
+            mx, mv = mc(x), mc(v)
+            self.assertEqual(len(mc.tensor_memo), 2)
+            del v
+            self.assertEqual(len(mc.tensor_memo), 1)
+            del x
+            self.assertEqual(len(mc.tensor_memo), 0)
+        finally:
+            gc.enable()
+
+    def test_memo_does_not_keep_tensor_alive(self):
+        mc = MetaConverter()
+        x = torch.randn(3)
+        m = mc(x)
+        x_ref = weakref.ref(x)
+        del x
+        self.assertIsNone(x_ref())
+        self.assertTrue(m.is_meta)
+
+    def test_storage_memo_is_dict_keyed_by_storage_weak_ref(self):
+        mc = MetaConverter()
+        x = torch.randn(4, 3)
+        v = x[2:]
+        mc(x)
+        mc(v)
+        self.assertIsInstance(mc.storage_memo, dict)
+        self.assertEqual(len(mc.storage_memo), 1)
+        for key in mc.storage_memo:
+            self.assertIsInstance(key, StorageWeakRef)
+
+    def test_expired_storages_leave_storage_memo_on_check(self):
+        mc = MetaConverter()
+        x = torch.randn(2, 2, 2)
+        y = torch.randn(4, 2)
+        y.set_(x.storage())
+        mc(x)
+        mc(y)
+        self.assertEqual(len(mc.storage_memo), 1)
+        del x
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), 1)  # y still holds the storage
+        del y
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), 0)
+        self.assertEqual(len(mc.tensor_memo), 0)
+
+    def test_conversion_registers_no_finalizer(self):
+        mc = MetaConverter()
+        tensors = [torch.randn(3) for _ in range(20)]
+        tensors += [t[1:] for t in tensors[:5]]
+        before = _patchset_finalizers()
+        metas = [mc(t) for t in tensors]
+        self.assertEqual(len(metas), 25)
+        self.assertEqual(_patchset_finalizers(), before)
+
+    def test_dead_converter_leaves_nothing_on_live_tensor(self):
+        x = torch.randn(3)
+        v = x[1:]
+        refs_x, refs_v = weakref.getweakrefcount(x), weakref.getweakrefcount(v)
+        finalizers = _patchset_finalizers()
+        mc = MetaConverter()
+        metas = (mc(x), mc(v), mc(x))
+        del mc, metas
+        gc.collect()
+        self.assertEqual(weakref.getweakrefcount(x), refs_x)
+        self.assertEqual(weakref.getweakrefcount(v), refs_v)
+        self.assertEqual(_patchset_finalizers(), finalizers)
+
+    def test_dead_storage_entries_bounded_for_dying_tensors(self):
+        mc = MetaConverter()
+        for _ in range(10000):
+            mc(torch.empty(2))
+        self.assertEqual(len(mc.tensor_memo), 0)
+        self.assertLessEqual(len(mc.storage_memo), 400)
+
+    def test_dead_storage_entries_bounded_by_live_entries(self):
+        mc = MetaConverter()
+        live = [torch.empty(2) for _ in range(1000)]
+        live_metas = [mc(t) for t in live]
+        for _ in range(10000):
+            mc(torch.empty(2))
+        self.assertEqual(len(mc.tensor_memo), len(live))
+        # dead storage entries retained <= live entries (of both memos) + a small constant
+        dead = len(mc.storage_memo) - len(live)
+        self.assertLessEqual(dead, 2 * len(live) + 400)
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), len(live))
+
+    def _storage_backlog(self, mc, n):
+        """Convert n tensors, let them die and keep their storages alive through set_()."""
+        holders = []
+        for _ in range(n):
+            a = torch.randn(2)
+            mc(a)
+            holders.append(torch.empty(0).set_(a.storage()))
+            del a
+        self.assertEqual(len(mc.tensor_memo), 0)
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), n)
+        return holders
+
+    def test_check_expired_frequency_comes_back_down(self):
+        mc = MetaConverter()
+        initial = mc.check_expired_frequency
+        holders = self._storage_backlog(mc, 2000)
+        del holders
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), 0)
+        for _ in range(4000):
+            mc(torch.empty(2))
+        mc.check_for_expired_weak_storages()
+        self.assertLessEqual(mc.check_expired_frequency, initial)
+
+    def test_dead_storage_entries_bounded_after_backlog_dies(self):
+        mc = MetaConverter()
+        holders = self._storage_backlog(mc, 2000)
+        del holders
+        for _ in range(10000):
+            mc(torch.empty(2))
+        self.assertLessEqual(len(mc.storage_memo), 400)
+
+    def test_conj_bit_preserved(self):
+        x = torch.randn(3, dtype=torch.complex64)
+        xc = x.conj()
+        mc = MetaConverter()
+        self.assertTrue(mc(xc).is_conj())
+        m = mc.meta_tensor(xc)
+        self.assertTrue(m.is_meta)
+        self.assertTrue(m.is_conj())
+        self.assertFalse(mc.meta_tensor(x).is_conj())
+
+    def test_neg_bit_preserved(self):
+        x = torch.randn(3, dtype=torch.complex64)
+        xn = torch._neg_view(x)
+        mc = MetaConverter()
+        m = mc.meta_tensor(xn)
+        self.assertTrue(m.is_meta)
+        self.assertTrue(m.is_neg())
+        self.assertFalse(mc.meta_tensor(x).is_neg())
+
+
+class WeakMemoFakeTensorConverterTest(TestCase):
+    def test_hit_returns_same_fake(self):
+        x = torch.randn(2, 3)
+        mode = FakeTensorMode()
+        f = mode.from_tensor(x)
+        self.assertIsInstance(f, FakeTensor)
+        self.assertIs(mode.from_tensor(x), f)
+        self.assertEqual(len(mode.fake_tensor_converter.tensor_memo), 1)
+
+    def test_memo_contains_converted_tensor(self):
+        x, y = torch.randn(3), torch.randn(3)
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        f = mode.from_tensor(x)
+        self.assertTrue(x in conv.tensor_memo)
+        self.assertFalse(y in conv.tensor_memo)
+        self.assertIs(f.fake_mode, mode)
+
+    def test_memo_holds_fake_weakly(self):
+        x = torch.randn(3)
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        f = mode.from_tensor(x)
+        f_ref = weakref.ref(f)
+        del f
+        self.assertIsNone(f_ref())
+        self.assertEqual(len(conv.tensor_memo), 0)
+        self.assertFalse(x in conv.tensor_memo)
+
+    def test_dead_tensor_leaves_memo_without_gc(self):
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        gc.disable()
+        try:
+            x = torch.randn(4, 3)
+            v = x[1:]
+            fx, fv = mode.from_tensor(x), mode.from_tensor(v)
+            self.assertEqual(len(conv.tensor_memo), 2)
+            self.assertEqual(len(conv.meta_converter.tensor_memo), 2)
+            del v
+            self.assertEqual(len(conv.tensor_memo), 1)
+            self.assertEqual(len(conv.meta_converter.tensor_memo), 1)
+            del x
+            self.assertEqual(len(conv.tensor_memo), 0)
+            self.assertEqual(len(conv.meta_converter.tensor_memo), 0)
+        finally:
+            gc.enable()
+
+    def test_mode_does_not_keep_tensor_alive(self):
+        mode = FakeTensorMode()
+        x = torch.randn(3)
+        f = mode.from_tensor(x)
+        x_ref = weakref.ref(x)
+        del x
+        self.assertIsNone(x_ref())
+        self.assertIsInstance(f, FakeTensor)
+
+    def test_conversion_registers_no_finalizer(self):
+        mode = FakeTensorMode()
+        tensors = [torch.randn(3) for _ in range(20)]
+        tensors += [t[1:] for t in tensors[:5]]
+        p = torch.nn.Parameter(torch.randn(2))
+        p.grad = torch.randn(2)
+        tensors.append(p)
+        before = _patchset_finalizers()
+        fakes = [mode.from_tensor(t) for t in tensors]
+        fakes += [mode.from_tensor(t) for t in tensors]
+        self.assertEqual(_patchset_finalizers(), before)
+
+    def test_dead_mode_leaves_nothing_on_live_tensor(self):
+        x = torch.randn(3)
+        refs = weakref.getweakrefcount(x)
+        finalizers = _patchset_finalizers()
+        mode = FakeTensorMode()
+        f = mode.from_tensor(x)
+        g = mode.from_tensor(x)
+        del f, g, mode
+        gc.collect()
+        self.assertEqual(weakref.getweakrefcount(x), refs)
+        self.assertEqual(_patchset_finalizers(), finalizers)
+
+    def test_mode_freed_after_memo_hit(self):
+        x = torch.randn(4)
+        mode = FakeTensorMode()
+        f = mode.from_tensor(x)
+        g = mode.from_tensor(x)
+        self.assertIs(f, g)
+        mode_ref, fake_ref = weakref.ref(mode), weakref.ref(f)
+        del f, g, mode
+        gc.collect()
+        self.assertIsNone(fake_ref())
+        self.assertIsNone(mode_ref())
+        self.assertEqual(x.shape, (4,))
+
+    def test_mode_freed_without_memo_hit(self):
+        x = torch.randn(4)
+        mode = FakeTensorMode()
+        f = mode.from_tensor(x)
+        mode_ref, fake_ref = weakref.ref(mode), weakref.ref(f)
+        del f, mode
+        gc.collect()
+        self.assertIsNone(fake_ref())
+        self.assertIsNone(mode_ref())
+
+    def test_mode_freed_after_hits_on_parameter_and_grad(self):
+        p = torch.nn.Parameter(torch.randn(3))
+        p.grad = torch.randn(3)
+        mode = FakeTensorMode()
+        fp = mode.from_tensor(p)
+        self.assertIs(mode.from_tensor(p), fp)
+        self.assertIs(mode.from_tensor(p.grad), fp.grad)
+        mode_ref = weakref.ref(mode)
+        del fp, mode
+        gc.collect()
+        self.assertIsNone(mode_ref())
+
+    def test_parameter_hit_returns_same_fake(self):
+        p = torch.nn.Parameter(torch.randn(3, 2))
+        mode = FakeTensorMode()
+        fp = mode.from_tensor(p)
+        self.assertIsInstance(fp, FakeTensor)
+        self.assertIsInstance(fp, torch.nn.Parameter)
+        self.assertIs(mode.from_tensor(p), fp)
+
+    def test_fake_grad_kept_only_by_cpp_is_returned_on_hit(self):
+        p = torch.nn.Parameter(torch.randn(3, 2))
+        p.grad = torch.randn(3, 2)
+        mode = FakeTensorMode()
+        fp = mode.from_tensor(p)
+        g = fp.grad
+        self.assertIsInstance(g, FakeTensor)
+        self.assertEqual(g.shape, p.grad.shape)
+        del g  # the fake grad now lives only through fp's C++ grad slot
+        g2 = mode.from_tensor(p.grad)
+        self.assertIs(g2, fp.grad)
+        self.assertIs(g2.fake_mode, mode)
+        with mode:
+            out = g2 * 2 + fp
+        self.assertIsInstance(out, FakeTensor)
+        self.assertEqual(out.shape, (3, 2))
+        del g2, out
+        self.assertIs(mode.from_tensor(p.grad), fp.grad)
+
+    def test_fake_grad_from_hit_survives_grad_reset(self):
+        p = torch.nn.Parameter(torch.randn(3, 2))
+        p.grad = torch.randn(3, 2)
+        mode = FakeTensorMode()
+        fp = mode.from_tensor(p)
+        g = mode.from_tensor(p.grad)  # a hit on a fake that only C++ kept alive
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fp.grad = None  # C++ lets go: g must own its tensor now
+            junk = [torch.empty(3, 2) for _ in range(10)]
+            with mode:
+                out = g * 2
+        self.assertEqual([str(w.message) for w in caught if "Deallocating" in str(w.message)], [])
+        self.assertIsInstance(g, FakeTensor)
+        self.assertIs(g.fake_mode, mode)
+        self.assertEqual(g.shape, (3, 2))
+        self.assertEqual(out.shape, (3, 2))
+        self.assertEqual(len(junk), 10)
+
+    def test_dead_storage_entries_bounded_for_dying_tensors(self):
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        for _ in range(10000):
+            mode.from_tensor(torch.empty(2))
+        self.assertEqual(len(conv.tensor_memo), 0)
+        self.assertEqual(len(conv.meta_converter.tensor_memo), 0)
+        self.assertLessEqual(len(conv.meta_converter.storage_memo), 400)
+
+    def test_storage_entries_expire_after_tensors_die(self):
+        mode = FakeTensorMode()
+        mc = mode.fake_tensor_converter.meta_converter
+        x = torch.randn(4, 4)
+        views = [x[1:], x[:, 2], x.t()]
+        y = torch.randn(3)
+        fakes = [mode.from_tensor(t) for t in [x, y] + views]
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), 2)
+        del x, y, views
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), 0)
+        self.assertEqual(len(fakes), 5)
+
+
+class WeakMemoConversionResultTest(TestCase):
+    def _check_same_metadata(self, fake, real):
+        self.assertIsInstance(fake, FakeTensor)
+        self.assertEqual(fake.dtype, real.dtype)
+        self.assertEqual(fake.device, real.device)
+        self.assertEqual(fake.size(), real.size())
+        self.assertEqual(fake.stride(), real.stride())
+        self.assertEqual(fake.storage_offset(), real.storage_offset())
+        self.assertEqual(fake.requires_grad, real.requires_grad)
+        self.assertEqual(fake.is_leaf, real.is_leaf)
+
+    def test_metadata_of_plain_and_view_tensors(self):
+        base = torch.randn(5, 6)
+        reals = [
+            base,
+            base[1:, 2:],
+            base.t(),
+            base[:, 3],
+            torch.arange(12).view(3, 4)[::2],
+            torch.empty(0, 3, dtype=torch.float64),
+            torch.zeros((), dtype=torch.int32),
+            torch.randn(2, 3, 4).permute(2, 0, 1),
+        ]
+        mode = FakeTensorMode()
+        for real in reals:
+            self._check_same_metadata(mode.from_tensor(real), real)
+
+    def test_leaf_requires_grad_preserved(self):
+        x = torch.randn(3, requires_grad=True)
+        f = FakeTensorMode().from_tensor(x)
+        self._check_same_metadata(f, x)
+        self.assertTrue(f.requires_grad)
+        self.assertTrue(f.is_leaf)
+
+    def test_non_leaf_requires_grad_stays_non_leaf_in_meta_conversion(self):
+        x = torch.randn(3, requires_grad=True)
+        y = x * 2
+        m = MetaConverter()(y)
+        self.assertTrue(m.is_meta)
+        self.assertTrue(m.requires_grad)
+        self.assertFalse(m.is_leaf)
+
+    def test_non_leaf_requires_grad_converts_to_fake_requiring_grad(self):
+        # 1.13.1's FakeTensor wrapping detaches (the fake is a leaf); only requires_grad carries
+        x = torch.randn(3, requires_grad=True)
+        y = x * 2
+        f = FakeTensorMode().from_tensor(y)
+        self.assertIsInstance(f, FakeTensor)
+        self.assertTrue(f.requires_grad)
+        self.assertEqual(f.shape, y.shape)
+
+    def test_parameter_stays_parameter(self):
+        p = torch.nn.Parameter(torch.randn(4, 2))
+        q = torch.nn.Parameter(torch.randn(2), requires_grad=False)
+        mode = FakeTensorMode()
+        fp, fq = mode.from_tensor(p), mode.from_tensor(q)
+        self.assertIsInstance(fp, torch.nn.Parameter)
+        self.assertIsInstance(fq, torch.nn.Parameter)
+        self._check_same_metadata(fp, p)
+        self.assertFalse(fq.requires_grad)
+        self.assertFalse(isinstance(mode.from_tensor(torch.randn(2)), torch.nn.Parameter))
+
+    def test_grad_converted_to_fake(self):
+        p = torch.nn.Parameter(torch.randn(4, 2))
+        p.grad = torch.randn(4, 2).t().contiguous().t()
+        mode = FakeTensorMode()
+        fp = mode.from_tensor(p)
+        self.assertIsInstance(fp.grad, FakeTensor)
+        self.assertIs(fp.grad.fake_mode, mode)
+        self._check_same_metadata(fp.grad, p.grad)
+
+    def test_views_converted_together_share_fake_storage(self):
+        x = torch.randn(4, 4)
+        v = x[1:, 1:]
+        w = x.t()
+        mode = FakeTensorMode()
+        fx, fv, fw = mode.from_tensor(x), mode.from_tensor(v), mode.from_tensor(w)
+        self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fv))
+        self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fw))
+        self.assertNotEqual(torch._C._storage_id(fx), torch._C._storage_id(mode.from_tensor(torch.randn(4))))
+        self._check_same_metadata(fv, v)
+
+    def test_set_storage_tensors_converted_together_share_fake_storage(self):
+        x = torch.randn(2, 2, 2)
+        y = torch.randn(4, 2)
+        y.set_(x.storage())  # shares x's storage without being a view of it
+        mode = FakeTensorMode()
+        fx, fy = mode.from_tensor(x), mode.from_tensor(y)
+        self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fy))
+        self._check_same_metadata(fy, y)
+
+    def test_view_shares_storage_after_base_fake_died(self):
+        x = torch.randn(2, 2, 2)
+        y = x[0]
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(x)
+        sid = torch._C._storage_id(fx)
+        del fx
+        self.assertFalse(x in mode.fake_tensor_converter.tensor_memo)
+        self.assertEqual(torch._C._storage_id(mode.from_tensor(y)), sid)
+
+
+class WeakMemoRobustnessTest(TestCase):
+    def test_gc_inside_mode_conversion_keeps_memo_consistent(self):
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        keep = [torch.randn(3) for _ in range(5)]
+        keep_fakes = [mode.from_tensor(t) for t in keep]
+        doomed_base = torch.randn(40, 3)
+        doomed = [torch.randn(3) for _ in range(200)] + [doomed_base[i] for i in range(40)]
+        doomed_fakes = [mode.from_tensor(t) for t in doomed]
+        del doomed_base
+        y = torch.randn(6, 4)
+        yv = y[1:]
+
+        box = [(doomed, doomed_fakes)]
+        del doomed, doomed_fakes
+        fyv, log = _patchset_run_bounded(
+            self, lambda: _patchset_collect_inside(lambda: mode.from_tensor(yv), box)
+        )
+        self.assertEqual(log, [True], "the garbage was not collected inside the conversion")
+        self.assertEqual(len(conv.tensor_memo), len(keep) + 1)
+        self.assertEqual(len(conv.meta_converter.tensor_memo), len(keep) + 2)  # yv and its base y
+        conv.meta_converter.check_for_expired_weak_storages()
+        self.assertEqual(len(conv.meta_converter.storage_memo), len(keep) + 1)
+        for t, f in zip(keep, keep_fakes):
+            self.assertIs(mode.from_tensor(t), f)
+        self.assertIs(mode.from_tensor(yv), fyv)
+        self.assertEqual(torch._C._storage_id(mode.from_tensor(y)), torch._C._storage_id(fyv))
+        self.assertEqual(fyv.storage_offset(), 4)
+        self.assertIsInstance(mode.from_tensor(torch.randn(2)), FakeTensor)
+
+    def test_gc_inside_meta_conversion_keeps_memo_consistent(self):
+        mc = MetaConverter()
+        keep = [torch.randn(3) for _ in range(5)]
+        keep_metas = [mc(t) for t in keep]
+        doomed = [torch.randn(3) for _ in range(300)]
+        doomed_metas = [mc(t) for t in doomed]
+        y = torch.randn(6, 4)
+        yv = y[1:]
+
+        box = [(doomed, doomed_metas)]
+        del doomed, doomed_metas
+        myv, log = _patchset_run_bounded(self, lambda: _patchset_collect_inside(lambda: mc(yv), box))
+        self.assertEqual(log, [True], "the garbage was not collected inside the conversion")
+        self.assertEqual(len(mc.tensor_memo), len(keep) + 2)
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), len(keep) + 1)
+        for t, m in zip(keep, keep_metas):
+            self.assertIs(mc(t), m)
+        self.assertIs(mc(yv), myv)
+        self.assertTrue(mc(torch.randn(2)).is_meta)
+
+    def test_conversions_from_threads(self):
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        n_threads = 4
+        shared = [torch.randn(3) for _ in range(30)]
+        shared += [t[1:] for t in shared[:10]]
+        private = [[torch.randn(2) for _ in range(60)] for _ in range(n_threads)]
+        barrier = threading.Barrier(n_threads)
+        results = [None] * n_threads
+        errors = []
+
+        def work(i):
+            try:
+                barrier.wait()
+                out = []
+                for _ in range(3):
+                    for t in shared + private[i]:
+                        out.append((t, mode.from_tensor(t)))
+                results[i] = out
+            except BaseException as e:  # noqa: B902 - reported by the test thread
+                errors.append(e)
+                barrier.abort()
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads as often as possible to expose races
+        try:
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(interval)
+        self.assertEqual([repr(e) for e in errors], [])
+        fakes_of = {}
+        for out in results:
+            for t, f in out:
+                fakes_of.setdefault(id(t), set()).add(id(f))
+        n_tensors = len(shared) + sum(len(p) for p in private)
+        self.assertEqual(len(fakes_of), n_tensors)
+        self.assertEqual([k for k, ids in fakes_of.items() if len(ids) != 1], [])
+        self.assertEqual(len(conv.tensor_memo), n_tensors)
+        del results, out, t, f, shared, private
+        self.assertEqual(len(conv.tensor_memo), 0)
+        self.assertEqual(len(conv.meta_converter.tensor_memo), 0)
+        conv.meta_converter.check_for_expired_weak_storages()
+        self.assertEqual(len(conv.meta_converter.storage_memo), 0)
+
+    def test_interpreter_exit_with_live_modes_is_silent(self):
+        script = textwrap.dedent(
+            """
+            import torch
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            from torch._subclasses.meta_utils import MetaConverter
+
+            modes = [FakeTensorMode() for _ in range(3)]
+            tensors = [torch.randn(4, 3) for _ in range(100)]
+            views = [t[1:] for t in tensors[:20]]
+            params = []
+            for _ in range(5):
+                p = torch.nn.Parameter(torch.randn(3))
+                p.grad = torch.randn(3)
+                params.append(p)
+            fakes = []
+            for m in modes:
+                for t in tensors + views + params:
+                    fakes.append(m.from_tensor(t))
+                    fakes.append(m.from_tensor(t))
+                with m:
+                    consts = [torch.tensor(2.0) for _ in range(5)]
+                m.keep = (consts, fakes[-3:])  # mode -> fakes -> mode cycle
+            mc = MetaConverter()
+            metas = [mc(t) for t in tensors + views]
+            print("done")
+            """
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+        )
+        self.assertEqual(proc.stderr, "")
+        self.assertEqual(proc.returncode, 0)
+        self.assertEqual(proc.stdout, "done\n")
+
+
+class WeakMemoConstantTest(TestCase):
+    def test_live_constant_has_mapping_entry(self):
+        with FakeTensorMode() as mode:
+            c = torch.tensor(2.0)
+        self.assertIsInstance(c, FakeTensor)
+        self.assertIsNotNone(c.constant)
+        self.assertEqual(len(mode.fake_tensor_converter.constant_storage_mapping), 1)
+
+    def test_dead_constant_leaves_mapping(self):
+        with FakeTensorMode() as mode:
+            c = torch.tensor(2.0)
+        mapping = mode.fake_tensor_converter.constant_storage_mapping
+        self.assertEqual(len(mapping), 1)
+        del c
+        gc.collect()
+        self.assertEqual(len(mapping), 0)
+
+    def test_mapping_bounded_by_live_constants(self):
+        mode = FakeTensorMode()
+        live = []
+        with mode:
+            for i in range(60):
+                c = torch.tensor(float(i))
+                if i % 20 == 0:
+                    live.append(c)
+            del c
+        gc.collect()
+        self.assertTrue(all(c.constant is not None for c in live))
+        self.assertEqual(len(mode.fake_tensor_converter.constant_storage_mapping), len(live))
+
+
+# ---------------------------------------------------------------------------------------------
+# Patch 0002: run_fallback_kernel.
+
+
+class FallbackKernelOutputIsInputTest(TestCase):
+    def test_returned_input_is_its_fake(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(3, 2))
+        with mode:
+            out = _patchset_ops.mutate_(fx)
+        self.assertIs(out, fx)
+
+    def test_returned_input_made_under_mode_is_its_fake(self):
+        with FakeTensorMode():
+            fx = torch.zeros(3, 2)
+            out = _patchset_ops.mutate_(fx)
+        self.assertIs(out, fx)
+
+    def test_returned_input_in_tuple(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(3, 2))
+        with mode:
+            out = _patchset_ops.pair(fx)
+        self.assertIsInstance(out, tuple)
+        self.assertIs(out[0], fx)
+        self.assertIsInstance(out[1], FakeTensor)
+        self.assertIsNot(out[1], fx)
+
+    def test_input_returned_twice(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(3, 2))
+        with mode:
+            a, b = _patchset_ops.twice(fx)
+        self.assertIs(a, fx)
+        self.assertIs(b, fx)
+
+    def test_returned_input_in_list(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(3, 2))
+        fy = mode.from_tensor(torch.randn(3, 2))
+        with mode:
+            out = _patchset_ops.nested(fx, fy)
+        self.assertIsInstance(out, list)
+        self.assertEqual(len(out), 3)
+        self.assertIs(out[1], fx)
+        for fresh in (out[0], out[2]):
+            self.assertIsInstance(fresh, FakeTensor)
+            self.assertIsNot(fresh, fx)
+            self.assertIsNot(fresh, fy)
+
+    def test_returned_second_input_is_its_fake(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(3, 2))
+        fy = mode.from_tensor(torch.randn(4))
+        with mode:
+            out = _patchset_ops.second(fx, fy)
+        self.assertIs(out, fy)
+
+
+class FallbackKernelViewTest(TestCase):
+    def _check_view_of(self, out, fake_input, expected):
+        self.assertIsInstance(out, FakeTensor)
+        self.assertIs(out.fake_mode, fake_input.fake_mode)
+        self.assertEqual(out.device, fake_input.device)
+        self.assertEqual(out.dtype, expected.dtype)
+        self.assertEqual(out.size(), expected.size())
+        self.assertEqual(out.stride(), expected.stride())
+        self.assertEqual(out.storage_offset(), expected.storage_offset())
+        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fake_input))
+
+    def _narrow_of(self, fx):
+        with fx.fake_mode:
+            out = _patchset_ops.narrow_view(fx)
+            expected = fx.narrow(0, 1, 2)
+        self._check_view_of(out, fx, expected)
+        self.assertEqual(out.storage_offset(), fx.storage_offset() + fx.stride(0))
+        return out
+
+    def test_narrow_view_of_input(self):
+        mode = FakeTensorMode()
+        self._narrow_of(mode.from_tensor(torch.randn(4, 3)))
+
+    def test_narrow_view_of_input_made_under_mode(self):
+        with FakeTensorMode():
+            fx = torch.zeros(4, 3)
+        self._narrow_of(fx)
+
+    def test_narrow_view_of_input_with_storage_offset(self):
+        mode = FakeTensorMode()
+        base = mode.from_tensor(torch.randn(6, 3))
+        fx = base[2:]
+        self.assertEqual(fx.storage_offset(), 6)
+        out = self._narrow_of(fx)
+        self.assertEqual(out.storage_offset(), 9)
+
+    def test_narrow_view_of_noncontiguous_input(self):
+        mode = FakeTensorMode()
+        base = mode.from_tensor(torch.randn(4, 5))
+        fx = base[:, 1:4]  # the real stand-in made by zeros_like is contiguous
+        out = self._narrow_of(fx)
+        self.assertEqual(out.stride(), (5, 1))
+        self.assertEqual(out.storage_offset(), 6)
+        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(base))
+
+    def test_narrow_view_of_transposed_input(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(3, 4)).t()
+        out = self._narrow_of(fx)
+        self.assertEqual(out.stride(), (1, 4))
+
+    def test_transpose_view_of_input(self):
+        mode = FakeTensorMode()
+        base = mode.from_tensor(torch.randn(5, 4))
+        fx = base[1:, 1:]
+        with mode:
+            out = _patchset_ops.transpose_view(fx)
+            expected = fx.transpose(0, 1)
+        self._check_view_of(out, fx, expected)
+
+    def test_select_view_of_input(self):
+        mode = FakeTensorMode()
+        base = mode.from_tensor(torch.randn(4, 5))
+        fx = base[:, 1:4]
+        with mode:
+            out = _patchset_ops.select_view(fx)
+            expected = fx.select(1, 1)
+        self._check_view_of(out, fx, expected)
+        self.assertEqual(out.storage_offset(), 2)
+
+    def test_as_strided_view_of_input(self):
+        mode = FakeTensorMode()
+        base = mode.from_tensor(torch.randn(6, 3))
+        fx = base[2:]
+        with mode:
+            out = _patchset_ops.strided_view(fx)
+            expected = fx.as_strided((2, 2), (1, 2), fx.storage_offset() + 1)
+        self._check_view_of(out, fx, expected)
+
+    def test_view_of_second_input(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(4, 3))
+        fy = mode.from_tensor(torch.randn(6, 2))[1:]
+        with mode:
+            out = _patchset_ops.second_view(fx, fy)
+            expected = fy.narrow(0, 1, 2)
+        self._check_view_of(out, fy, expected)
+        self.assertNotEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
+
+    def test_dtype_view_of_input(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(6, 3))[2:]
+        with mode:
+            out = _patchset_ops.int_view(fx)
+            expected = fx.view(torch.int32)
+        self.assertEqual(out.dtype, torch.int32)
+        self._check_view_of(out, fx, expected)
+
+    def test_view_shares_version_counter_with_input(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(4, 3))
+        with mode:
+            out = _patchset_ops.narrow_view(fx)
+            before = fx._version
+            out.add_(1)
+        self.assertGreater(fx._version, before)
+        self.assertEqual(out._version, fx._version)
+
+
+class FallbackKernelErrorTest(TestCase):
+    def _original_message(self, op, *args):
+        mode = FakeTensorMode(allow_fallback_kernels=False)
+        args = tuple(mode.from_tensor(a) for a in args)
+        with self.assertRaises(NotImplementedError) as cm:
+            with mode:
+                op(*args)
+        return str(cm.exception)
+
+    def _check_unexpressible(self, op, name, index, real, make_input):
+        original = self._original_message(op, real)
+        self.assertIn("Could not run", original)
+        self.assertIn("Meta", original)
+        mode = FakeTensorMode()
+        fx = make_input(mode)
+        with self.assertRaises(NotImplementedError) as cm:
+            with mode:
+                op(fx)
+        message = str(cm.exception)
+        self.assertIn(original, message)
+        added = message.replace(original, "")
+        self.assertIn(name, added)
+        self.assertIn("output", added.lower())
+        self.assertIsNotNone(re.search(rf"\b{index}\b", added), added)
+
+    def test_flattening_view_of_noncontiguous_input_raises(self):
+        self._check_unexpressible(
+            _patchset_ops.flat_view, "flat_view", 0, torch.randn(4, 2),
+            lambda mode: mode.from_tensor(torch.randn(4, 4))[:, :2],
+        )
+
+    def test_storage_alias_of_noncontiguous_input_raises(self):
+        self._check_unexpressible(
+            _patchset_ops.raw_alias, "raw_alias", 0, torch.randn(4, 2),
+            lambda mode: mode.from_tensor(torch.randn(4, 4))[:, :2],
+        )
+
+    def test_unexpressible_alias_error_names_output_index(self):
+        self._check_unexpressible(
+            _patchset_ops.bad_pair, "bad_pair", 1, torch.randn(4, 2),
+            lambda mode: mode.from_tensor(torch.randn(4, 4))[:, 2:],
+        )
+
+    def test_inplace_view_op_never_falls_back(self):
+        mode = FakeTensorMode()
+        fake = mode.from_tensor(torch.randn(3, 4))
+        error = NotImplementedError("orig")
+        with self.assertRaises(NotImplementedError) as cm:
+            run_fallback_kernel(mode, torch.ops.aten.unsqueeze_.default, (fake, 0), {}, error)
+        self.assertIs(cm.exception, error)
+        self.assertEqual(fake.size(), (3, 4))
+        self.assertEqual(fake.stride(), (4, 1))
+
+    def test_disallowed_fallback_raises_original_error(self):
+        mode = FakeTensorMode(allow_fallback_kernels=False)
+        fx = mode.from_tensor(torch.randn(4, 3))
+        for op in (_patchset_ops.fresh, _patchset_ops.narrow_view, _patchset_ops.mutate_):
+            with self.assertRaises(NotImplementedError) as cm:
+                with mode:
+                    op(fx)
+            self.assertIn("Could not run", str(cm.exception))
+            self.assertIn("Meta", str(cm.exception))
+
+
+class FallbackKernelFreshOutputTest(TestCase):
+    def test_fresh_output_is_fake_on_input_device(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(4, 3))
+        with mode:
+            out = _patchset_ops.fresh(fx)
+        self.assertIsInstance(out, FakeTensor)
+        self.assertIs(out.fake_mode, mode)
+        self.assertEqual(out.fake_device, fx.fake_device)
+        self.assertEqual(out.device, torch.device("cpu"))
+        self.assertEqual(out.dtype, torch.float64)
+        self.assertEqual(out.shape, (3,))
+        self.assertNotEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
+
+    def test_fresh_outputs_do_not_enter_converter_memo(self):
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        mc = conv.meta_converter
+        x, y = torch.randn(4, 3), torch.randn(4, 3)
+        fx, fy = mode.from_tensor(x), mode.from_tensor(y)
+
+        def sizes():
+            # no sweep: an entry made for a real temporary would still be in storage_memo
+            return (len(conv.tensor_memo), len(mc.tensor_memo), len(mc.storage_memo))
+
+        self.assertEqual(sizes(), (2, 2, 2))
+        with mode:
+            outs = [
+                _patchset_ops.fresh(fx),
+                _patchset_ops.pair(fx),
+                _patchset_ops.nested(fx, fy),
+            ]
+        self.assertEqual(sizes(), (2, 2, 2))
+        self.assertTrue(all(isinstance(t, FakeTensor) for t in [outs[0], *outs[1], *outs[2]]))
+
+
+class FallbackKernelLifetimeTest(TestCase):
+    def _check_no_real_outlives(self, op, n_seen):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(4, 3))
+        _patchset_kernel_refs.clear()
+        gc.disable()
+        try:
+            with mode:
+                out = op(fx)
+            refs = list(_patchset_kernel_refs)
+            _patchset_kernel_refs.clear()
+            self.assertEqual(len(refs), n_seen)
+            self.assertEqual([r() is None for r in refs], [True] * n_seen)
+        finally:
+            gc.enable()
+        gc.collect()
+        self.assertEqual([r() is None for r in refs], [True] * n_seen)
+        return out
+
+    def test_no_real_temporary_outlives_fresh_output(self):
+        out = self._check_no_real_outlives(_patchset_ops.fresh, 2)
+        self.assertIsInstance(out, FakeTensor)
+
+    def test_no_real_temporary_outlives_view_output(self):
+        out = self._check_no_real_outlives(_patchset_ops.narrow_view, 2)
+        self.assertIsInstance(out, FakeTensor)
+
+    def test_no_real_temporary_outlives_input_output(self):
+        out = self._check_no_real_outlives(_patchset_ops.mutate_, 1)
+        self.assertIsInstance(out, FakeTensor)
+
+    def test_no_real_temporary_outlives_tuple_output(self):
+        out = self._check_no_real_outlives(_patchset_ops.pair, 2)
+        self.assertIsInstance(out[1], FakeTensor)
+
+    def test_no_real_temporary_outlives_unexpressible_alias_error(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(4, 4))[:, :2]
+        _patchset_kernel_refs.clear()
+        error = None
+        gc.disable()
+        try:
+            # not assertRaises: it clears the traceback's frames, which would hide them
+            try:
+                with mode:
+                    _patchset_ops.flat_view(fx)
+            except NotImplementedError as e:
+                error = e
+            self.assertIsNotNone(error)
+            self.assertIsNotNone(error.__traceback__)
+            refs = list(_patchset_kernel_refs)
+            _patchset_kernel_refs.clear()
+            self.assertEqual(len(refs), 2)
+            # the exception and its traceback are still held here
+            self.assertEqual([r() is None for r in refs], [True, True])
+        finally:
+            gc.enable()
+        gc.collect()
+        self.assertEqual([r() is None for r in refs], [True, True])
+        self.assertIn("flat_view", str(error))
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,100 @@
+"""`patchset bench`: run the memoization benchmark (test/bench_memo.py), unpatched vs patched.
+
+The benchmark drives its own workers; this command only checks that the pieces exist and
+starts it with the project venv's python, forwarding the options.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import List, Optional
+
+from .common import PatchsetError, Project, Runner
+
+BENCH_SCRIPT = "bench_memo.py"
+OVERLAY_HOOK = "patchset_overlay.pth"
+
+
+def bench_script(project: Project) -> Path:
+    return project.tests / BENCH_SCRIPT
+
+
+def check_bench_script(project: Project) -> Optional[str]:
+    if not bench_script(project).is_file():
+        return f"benchmark script {bench_script(project)} is missing"
+    return None
+
+
+def check_venv(project: Project) -> Optional[str]:
+    if not project.venv_python.is_file():
+        return f"no project venv at {project.venv}; run `patchset install` first"
+    return None
+
+
+def check_overlay_hook(project: Project) -> Optional[str]:
+    """The patched side of the default runtimes is the venv with the overlay import hook."""
+    if not list(project.venv.glob(f"lib/python*/site-packages/{OVERLAY_HOOK}")):
+        return (f"the overlay import hook ({OVERLAY_HOOK}) is not installed in {project.venv}; "
+                "run `patchset install` first, or pass --python-patched")
+    return None
+
+
+def check_python(path: Optional[str], option: str) -> Optional[str]:
+    if path is not None and not Path(path).is_file():
+        return f"{option} {path}: no such file"
+    return None
+
+
+def forwarded_args(args: argparse.Namespace) -> List[str]:
+    argv: List[str] = []
+    if args.quick:
+        argv.append("--quick")
+    if args.repeats is not None:
+        argv += ["--repeats", str(args.repeats)]
+    if args.workloads:
+        argv += ["--workloads", args.workloads]
+    if args.json:
+        argv += ["--json", str(Path(args.json).resolve())]
+    for option, value in (
+        ("--python-unpatched", args.python_unpatched),
+        ("--python-patched", args.python_patched),
+        ("--vs-python", args.vs_python),
+    ):
+        if value:
+            argv += [option, str(Path(value).absolute())]
+    return argv
+
+
+def run_bench(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    checks = [check_bench_script(project), check_venv(project),
+              check_python(args.python_unpatched, "--python-unpatched"),
+              check_python(args.python_patched, "--python-patched"),
+              check_python(args.vs_python, "--vs-python")]
+    if not (args.python_unpatched and args.python_patched):
+        checks.append(check_overlay_hook(project))
+    errors = [error for error in checks if error]
+    if errors:
+        raise PatchsetError("; ".join(errors))
+    argv = [str(project.venv_python), str(bench_script(project)), *forwarded_args(args)]
+    # The figures are the product: stream them, and report failure through the exit code.
+    proc = runner.run(argv, cwd=project.root, check=False)
+    return proc.returncode
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark the memoization of unpatched vs patched torch (test/bench_memo.py)",
+        description="Run test/bench_memo.py with the project venv: each workload in fresh "
+        "subprocesses, unpatched (PATCHSET_OVERLAY=0) and patched (PATCHSET_OVERLAY=1) "
+        "alternating, printing one table per workload with PASS/MISS next to the targets.",
+    )
+    parser.add_argument("--quick", action="store_true", help="scaled-down smoke run")
+    parser.add_argument("--repeats", type=int, help="alternating repeats per runtime (default 2)")
+    parser.add_argument("--workloads", help="comma-separated subset of W1,W2,W3,W3v,W4")
+    parser.add_argument("--json", help="also write the raw results to this file")
+    parser.add_argument("--python-unpatched", help="python of the unpatched runtime")
+    parser.add_argument("--python-patched", help="python of the patched runtime")
+    parser.add_argument("--vs-python", metavar="PATH",
+                        help="a third runtime to compare with, e.g. a torch 2.x venv's python")
+    parser.set_defaults(func=run_bench)

@@ -1,0 +1,721 @@
+#!/usr/bin/env python3
+"""Benchmark of patch 0001: leak-free weak memoization of MetaConverter / FakeTensorConverter.
+
+Not a test: pytest does not collect this file (its name does not start with ``test_``), and it
+asserts nothing. It prints figures next to the targets of the issue (PASS/MISS).
+
+One invocation compares runtimes on the same machine, alternating them per repeat
+(A B A B ...). Every workload runs in a fresh subprocess per runtime and repeat, so RSS and
+finalizer counts start clean. Default runtimes:
+
+  unpatched  <repo>/.venv/bin/python with PATCHSET_OVERLAY=0 (installed torch 1.13.1)
+  patched    <repo>/.venv/bin/python with PATCHSET_OVERLAY=1 (the overlay import hook)
+
+``--python-unpatched`` / ``--python-patched`` override them and ``--vs-python PATH`` adds a
+third runtime (e.g. a torch 2.x venv; memo attributes it lacks are shown as n/a).
+
+The driver itself only needs the standard library; workers need torch:
+
+  .venv/bin/python test/bench_memo.py --quick
+  .venv/bin/python test/bench_memo.py --workloads W1,W3 --repeats 3 --json /tmp/bench.json
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+RESULT_PREFIX = "BENCH_RESULT "
+WORKLOADS = ("W1", "W2", "W3", "W3v", "W4")
+# torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
+TORCH2_W1_MS_PER_MODE = 8.4
+
+FULL_SIZES: Dict[str, int] = {
+    "w1_modes": 4000,
+    "params": 100,
+    "w2_rounds": 200,
+    "w3_tensors": 100_000,
+    "w3_first": 1000,
+    "w3_last": 10_000,
+    "w3v_storages": 10,
+    "w4_hits": 100_000,
+}
+QUICK_SIZES: Dict[str, int] = dict(
+    FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker side: runs inside the measured runtime, imports torch, prints one JSON line, _exits.
+# ---------------------------------------------------------------------------------------------
+
+
+def rss_bytes() -> Tuple[int, str]:
+    """Current resident set size after a full collection, and where the figure comes from."""
+    gc.collect()
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024, "VmRSS"
+    except OSError:
+        pass
+    import resource  # peak only: a growth measured this way can hide frees, say so in the label
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "maxrss"
+
+
+def finalizer_count() -> int:
+    return len(weakref.finalize._registry)  # type: ignore[attr-defined]
+
+
+def sized(obj: Any) -> Optional[int]:
+    try:
+        return len(obj)
+    except TypeError:
+        return None
+
+
+def memo_parts(mode: Any) -> Dict[str, Any]:
+    converter = getattr(mode, "fake_tensor_converter", None)
+    meta = getattr(converter, "meta_converter", None)
+    return {
+        "converter": converter,
+        "meta": meta,
+        "ftc.tensor_memo": getattr(converter, "tensor_memo", None),
+        "meta.tensor_memo": getattr(meta, "tensor_memo", None),
+        "meta.storage_memo": getattr(meta, "storage_memo", None),
+    }
+
+
+def memo_sizes(mode: Any) -> Dict[str, Optional[int]]:
+    parts = memo_parts(mode)
+    names = ("ftc.tensor_memo", "meta.tensor_memo", "meta.storage_memo")
+    return {name: (None if parts[name] is None else sized(parts[name])) for name in names}
+
+
+def dead_storage_entries(mode: Any) -> Optional[int]:
+    """Entries of meta_converter.storage_memo whose weakly-held storage has died (None: unknown)."""
+    memo = memo_parts(mode)["meta.storage_memo"]
+    if memo is None:
+        return None
+    # Weak-keyed mappings (WeakKeyDictionary-like) keep weakref keys in `.data`.
+    raw = getattr(memo, "data", None)
+    keys = list(raw.keys()) if isinstance(raw, dict) else list(memo.keys())
+    dead = 0
+    for key in keys:
+        if callable(getattr(key, "expired", None)):
+            dead += bool(key.expired())
+        elif isinstance(key, weakref.ref):
+            dead += key() is None
+        else:
+            return None
+    return dead
+
+
+def runtime_info() -> Dict[str, Any]:
+    import torch
+    import torch._subclasses.fake_tensor as fake_tensor
+    import torch._subclasses.meta_utils as meta_utils
+
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    files = {"fake_tensor": fake_tensor.__file__, "meta_utils": meta_utils.__file__}
+    info: Dict[str, Any] = {
+        "python": sys.executable,
+        "torch_version": torch.__version__,
+        "torch_dir": torch_dir,
+        "overlay_env": os.environ.get("PATCHSET_OVERLAY"),
+        "rss_source": rss_bytes()[1],
+    }
+    for name, path in files.items():
+        path = os.path.abspath(path)
+        with open(path, "rb") as source:
+            digest = hashlib.sha256(source.read()).hexdigest()
+        info[f"{name}_file"] = path
+        info[f"{name}_sha256"] = digest
+        info[f"{name}_in_torch"] = path.startswith(torch_dir + os.sep)
+    # The memo code must come from the modules we just identified, not some stale copy.
+    info["consistent"] = (
+        sys.modules["torch._subclasses.fake_tensor"] is fake_tensor
+        and getattr(fake_tensor, "MetaConverter", meta_utils.MetaConverter)
+        is meta_utils.MetaConverter
+    )
+    return info
+
+
+def check_expectation(info: Dict[str, Any], expect: str) -> Optional[str]:
+    """'system': both modules from the installed torch; 'overlay': both from elsewhere."""
+    if not info["consistent"]:
+        return "fake_tensor.MetaConverter is not meta_utils.MetaConverter (mixed module sources)"
+    if expect == "any":
+        return None
+    want_in_torch = expect == "system"
+    for name in ("fake_tensor", "meta_utils"):
+        if info[f"{name}_in_torch"] != want_in_torch:
+            where = "the installed torch" if want_in_torch else "the overlay"
+            return f"{name} was loaded from {info[f'{name}_file']}, expected {where}"
+    return None
+
+
+def warm_up(mode_cls: Any, torch: Any) -> None:
+    """Pay one-time costs (lazy imports, dispatcher caches) outside the measured region."""
+    mode = mode_cls()
+    x = torch.nn.Parameter(torch.randn(4, 4))
+    fakes = [mode.from_tensor(x), mode.from_tensor(torch.randn(3)), mode.from_tensor(x[1])]
+    del fakes, x, mode
+    gc.collect()
+
+
+@dataclasses.dataclass
+class Baseline:
+    rss: int
+    finalizers: int
+
+    @staticmethod
+    def take() -> "Baseline":
+        return Baseline(rss=rss_bytes()[0], finalizers=finalizer_count())
+
+    def growth(self) -> Dict[str, float]:
+        return {
+            "finalizers_added": finalizer_count() - self.finalizers,
+            "rss_growth_mb": (rss_bytes()[0] - self.rss) / 2**20,
+        }
+
+
+def params(torch: Any, n: int) -> List[Any]:
+    return [torch.nn.Parameter(torch.randn(64, 64)) for _ in range(n)]
+
+
+def work_w1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    ps = params(torch, sizes["params"])
+    base = Baseline.take()
+    start = time.perf_counter()
+    for _ in range(sizes["w1_modes"]):
+        mode = mode_cls()
+        fakes = [mode.from_tensor(p) for p in ps]
+        del fakes, mode
+    elapsed = time.perf_counter() - start
+    out: Dict[str, Any] = {"ms_per_mode": elapsed * 1e3 / sizes["w1_modes"]}
+    out.update(base.growth())
+    out["live_modes"] = sum(1 for o in gc.get_objects() if isinstance(o, mode_cls))
+    return out
+
+
+def work_w2(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    ps = params(torch, sizes["params"])
+    mode = mode_cls()
+    base = Baseline.take()
+    start = time.perf_counter()
+    for _ in range(sizes["w2_rounds"]):
+        fakes = [mode.from_tensor(p) for p in ps]
+        del fakes
+    elapsed = time.perf_counter() - start
+    out: Dict[str, Any] = {"us_per_conversion": elapsed * 1e6 / (sizes["w2_rounds"] * len(ps))}
+    out.update(base.growth())
+    out.update(memo_sizes(mode))
+    return out
+
+
+def timed_dying_conversions(mode: Any, make: Callable[[int], Any], n: int) -> List[float]:
+    """Seconds per conversion, each including the death of the tensor and its fake."""
+    clock = time.perf_counter
+    times = [0.0] * n
+    for i in range(n):
+        t = make(i)
+        start = clock()
+        fake = mode.from_tensor(t)
+        del fake, t
+        times[i] = clock() - start
+    return times
+
+
+def dying_summary(
+    mode: Any, times: List[float], base: Baseline, sizes: Dict[str, int]
+) -> Dict[str, Any]:
+    first, last = sizes["w3_first"], min(sizes["w3_last"], len(times) // 2)
+    first_us = sum(times[:first]) * 1e6 / first
+    last_us = sum(times[-last:]) * 1e6 / last
+    meta = memo_parts(mode)["meta"]
+    to_delete = getattr(meta, "maybe_storages_to_delete", None)
+    out: Dict[str, Any] = {
+        "us_first": first_us,
+        "us_last": last_us,
+        "last_over_first": last_us / first_us,
+        "us_per_conversion": sum(times) * 1e6 / len(times),
+        "dead_storage_entries": dead_storage_entries(mode),
+        "check_expired_frequency": getattr(meta, "check_expired_frequency", None),
+        "maybe_storages_to_delete": None if to_delete is None else sized(to_delete),
+    }
+    out.update(base.growth())
+    out.update(memo_sizes(mode))
+    return out
+
+
+def work_w3(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    mode = mode_cls()
+    base = Baseline.take()
+    times = timed_dying_conversions(mode, lambda i: torch.randn(8), sizes["w3_tensors"])
+    return dying_summary(mode, times, base, sizes)
+
+
+def work_w3v(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    n_bases, rows = sizes["w3v_storages"], 1000
+    bases = [torch.randn(rows, 8) for _ in range(n_bases)]
+    mode = mode_cls()
+    base = Baseline.take()
+
+    def view(i: int) -> Any:
+        return bases[i % n_bases][(i // n_bases) % rows]
+
+    times = timed_dying_conversions(mode, view, sizes["w3_tensors"])
+    return dying_summary(mode, times, base, sizes)
+
+
+def work_w4(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    ts = [torch.randn(64, 64) for _ in range(sizes["params"])]
+    mode = mode_cls()
+    fakes = [mode.from_tensor(t) for t in ts]
+    base = Baseline.take()
+    n, count = sizes["w4_hits"], len(ts)
+    start = time.perf_counter()
+    for i in range(n):
+        mode.from_tensor(ts[i % count])
+    elapsed = time.perf_counter() - start
+    out: Dict[str, Any] = {
+        "us_per_hit": elapsed * 1e6 / n,
+        "hits_identical": all(mode.from_tensor(t) is f for t, f in zip(ts, fakes)),
+    }
+    out.update(base.growth())
+    out.update(memo_sizes(mode))
+    return out
+
+
+WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
+    "W1": work_w1,
+    "W2": work_w2,
+    "W3": work_w3,
+    "W3v": work_w3v,
+    "W4": work_w4,
+}
+
+
+def worker_main(workload: str, expect: str, quick: bool) -> None:
+    """Run one workload and print its JSON; never returns (os._exit skips interpreter shutdown,
+    which for a leaky runtime means running every pending finalizer: not what we measure)."""
+    code = 0
+    try:
+        info = runtime_info()
+        print(
+            f"worker {workload}: fake_tensor.py = {info['fake_tensor_file']}, "
+            f"meta_utils.py = {info['meta_utils_file']}",
+            file=sys.stderr,
+            flush=True,
+        )
+        error = check_expectation(info, expect)
+        if error is not None:
+            print(f"worker {workload}: runtime mix-up: {error}", file=sys.stderr, flush=True)
+            code = 3
+        else:
+            import torch
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            sizes = QUICK_SIZES if quick else FULL_SIZES
+            warm_up(FakeTensorMode, torch)
+            metrics = WORKERS[workload](torch, FakeTensorMode, sizes)
+            print(RESULT_PREFIX + json.dumps({"info": info, "metrics": metrics}), flush=True)
+    except BaseException as exc:  # report and exit non-zero; the driver shows stderr
+        import traceback
+
+        traceback.print_exc()
+        print(f"worker {workload}: failed: {exc!r}", file=sys.stderr, flush=True)
+        code = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver side: standard library only.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    name: str
+    python: str
+    env: Dict[str, Optional[str]]  # None: remove the variable
+    expect: str  # 'system', 'overlay' or 'any'
+
+
+def runtimes_from_args(args: argparse.Namespace) -> List[Runtime]:
+    default = str(REPO / ".venv" / "bin" / "python")
+    unpatched = args.python_unpatched or default
+    patched = args.python_patched or default
+    # One interpreter for both sides: only the overlay hook differs, so check that it did.
+    same = os.path.abspath(unpatched) == os.path.abspath(patched)
+    result = [
+        Runtime("unpatched", unpatched, {"PATCHSET_OVERLAY": "0"}, "system" if same else "any"),
+        Runtime("patched", patched, {"PATCHSET_OVERLAY": "1"}, "overlay" if same else "any"),
+    ]
+    if args.vs_python:
+        result.append(Runtime("vs", args.vs_python, {"PATCHSET_OVERLAY": None}, "any"))
+    return result
+
+
+MODULE_KEYS = ("fake_tensor_file", "fake_tensor_sha256", "meta_utils_file", "meta_utils_sha256")
+
+
+def check_runtime(runtime: Runtime) -> Optional[str]:
+    if not os.access(runtime.python, os.X_OK):
+        hint = " (make the project venv with `patchset install`)" if runtime.expect != "any" else ""
+        return f"{runtime.name}: python {runtime.python} does not exist or is not executable{hint}"
+    return None
+
+
+def run_worker(
+    runtime: Runtime, workload: str, quick: bool
+) -> Tuple[Optional[Dict[str, Any]], str]:
+    env = dict(os.environ)
+    for key, value in runtime.env.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    argv = [runtime.python, str(Path(__file__).resolve()), "--worker", workload,
+            "--expect", runtime.expect] + (["--quick"] if quick else [])
+    proc = subprocess.run(argv, env=env, text=True, capture_output=True, cwd=str(REPO))
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX):]), proc.stderr
+    parts = [f"exit {proc.returncode}", proc.stderr.strip(), proc.stdout.strip()]
+    return None, "\n".join(part for part in parts if part)
+
+
+# Metric rows per workload: (key, label, kind). kind picks the aggregation over repeats and the
+# ratio: 'time' = best (min) of repeats, 'count' = value (a range if repeats disagree),
+# 'mem' = worst (max) of repeats, 'info' = value, no ratio.
+ROWS: Dict[str, List[Tuple[str, str, str]]] = {
+    "W1": [
+        ("ms_per_mode", "ms per mode (100 conversions)", "time"),
+        ("finalizers_added", "finalizers added", "count"),
+        ("rss_growth_mb", "RSS growth (MB)", "mem"),
+        ("live_modes", "live FakeTensorModes after gc", "count"),
+    ],
+    "W2": [
+        ("us_per_conversion", "µs per conversion", "time"),
+        ("finalizers_added", "finalizers added", "count"),
+        ("rss_growth_mb", "RSS growth (MB)", "mem"),
+        ("ftc.tensor_memo", "FakeTensorConverter.tensor_memo", "count"),
+        ("meta.tensor_memo", "meta_converter.tensor_memo", "count"),
+        ("meta.storage_memo", "meta_converter.storage_memo", "count"),
+    ],
+    "W3": [
+        ("us_first", "µs/conv, first {w3_first:,}", "time"),
+        ("us_last", "µs/conv, last {w3_last:,}", "time"),
+        ("last_over_first", "last/first cost ratio (per repeat)", "info"),
+        ("us_per_conversion", "µs/conv, all {w3_tensors:,}", "time"),
+        ("dead_storage_entries", "dead storage_memo entries", "count"),
+        ("ftc.tensor_memo", "FakeTensorConverter.tensor_memo", "count"),
+        ("meta.tensor_memo", "meta_converter.tensor_memo", "count"),
+        ("meta.storage_memo", "meta_converter.storage_memo", "count"),
+        ("check_expired_frequency", "check_expired_frequency", "count"),
+        ("maybe_storages_to_delete", "len(maybe_storages_to_delete)", "count"),
+        ("finalizers_added", "finalizers added (pending)", "count"),
+        ("rss_growth_mb", "RSS growth (MB)", "mem"),
+    ],
+    "W4": [
+        ("us_per_hit", "µs per memo hit", "time"),
+        ("hits_identical", "hit returns the kept fake", "info"),
+        ("finalizers_added", "finalizers added by hits", "count"),
+        ("rss_growth_mb", "RSS growth (MB)", "mem"),
+        ("ftc.tensor_memo", "FakeTensorConverter.tensor_memo", "count"),
+    ],
+}
+ROWS["W3v"] = ROWS["W3"]
+
+TITLES = {
+    "W1": "W1 many modes: {w1_modes:,} modes x the same {params:,} Parameters(64x64), "
+          "each mode dropped",
+    "W2": "W2 one mode, {w2_rounds:,} rounds over the same {params:,} Parameters, fakes dropped",
+    "W3": "W3 one mode, {w3_tensors:,} fresh randn(8) tensors dying right after conversion",
+    "W3v": "W3v one mode, {w3_tensors:,} views of {w3v_storages:,} long-lived storages, each view "
+           "dying right after conversion",
+    "W4": "W4 {params:,} tensors converted once, fakes kept, then {w4_hits:,} memo hits",
+}
+
+
+def aggregate(values: Sequence[Any], kind: str) -> Any:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if kind == "time":
+        return min(present)
+    if kind == "mem":
+        return max(present)
+    if all(v == present[0] for v in present):
+        return present[0]
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return (min(present), max(present))
+    return "/".join(map(str, present))
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, tuple):
+        return f"{fmt(value[0])}..{fmt(value[1])}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def ratio(patched: Any, unpatched: Any) -> str:
+    numeric = (int, float)
+    if (isinstance(patched, bool) or not isinstance(patched, numeric)
+            or not isinstance(unpatched, numeric)):
+        return ""
+    if unpatched == 0:
+        return "=" if patched == 0 else "inf"
+    return f"{patched / unpatched:.3g}x"
+
+
+def verdict(ok: Optional[bool]) -> str:
+    return "n/a" if ok is None else ("PASS" if ok else "MISS")
+
+
+def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[str, str]]:
+    """Per metric key: (target text, PASS/MISS of the patched runtime)."""
+    pat, unp = agg.get("patched", {}), agg.get("unpatched", {})
+
+    def num(d: Dict[str, Any], key: str) -> Optional[float]:
+        v = d.get(key)
+        if isinstance(v, tuple):
+            v = v[1]  # judge the worst repeat
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def cmp(key: str, test: Callable[[float], bool]) -> Optional[bool]:
+        v = num(pat, key)
+        return None if v is None else test(v)
+
+    out: Dict[str, Tuple[str, str]] = {}
+    if workload in ("W1", "W2"):
+        out["finalizers_added"] = ("0", verdict(cmp("finalizers_added", lambda v: v == 0)))
+        out["rss_growth_mb"] = ("< 10 MB", verdict(cmp("rss_growth_mb", lambda v: v < 10)))
+    if workload == "W1":
+        ref = num(unp, "ms_per_mode")
+        bar = TORCH2_W1_MS_PER_MODE if ref is None else min(ref / 5, TORCH2_W1_MS_PER_MODE)
+        text = f"<= unpatched/5 and < {TORCH2_W1_MS_PER_MODE} (= {bar:.3g})"
+        out["ms_per_mode"] = (text, verdict(cmp("ms_per_mode", lambda v: v <= bar)))
+    if workload in ("W3", "W3v"):
+        out["last_over_first"] = ("<= 1.5 (flat)",
+                                  verdict(cmp("last_over_first", lambda v: v <= 1.5)))
+        out["dead_storage_entries"] = ("<= 1,000 (bounded)",
+                                       verdict(cmp("dead_storage_entries", lambda v: v <= 1000)))
+    if workload == "W3v":
+        out["maybe_storages_to_delete"] = ("<= 1,000 (bounded)", verdict(
+            cmp("maybe_storages_to_delete", lambda v: v <= 1000)
+            if num(pat, "maybe_storages_to_delete") is not None else None))
+    if workload == "W4":
+        out["us_per_hit"] = ("< 5 µs", verdict(cmp("us_per_hit", lambda v: v < 5)))
+    return out
+
+
+def table(headers: List[str], rows: List[List[str]]) -> str:
+    widths = [max(len(r[i]) for r in [headers] + rows) for i in range(len(headers))]
+
+    def line(cells: List[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:])]
+        return "  ".join([first] + rest).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule] + [line(r) for r in rows])
+
+
+def render_workload(
+    workload: str, runtimes: List[Runtime], results: Dict[str, List[Dict[str, Any]]],
+    sizes: Dict[str, int],
+) -> str:
+    agg: Dict[str, Dict[str, Any]] = {}
+    for rt in runtimes:
+        reps = [r["metrics"] for r in results.get(rt.name, [])]
+        agg[rt.name] = {key: aggregate([m.get(key) for m in reps], kind)
+                        for key, _, kind in ROWS[workload]}
+    goals = targets(workload, agg)
+    names = [rt.name for rt in runtimes]
+    headers = ["metric"] + names + ["patched/unpatched", "target", "patched"]
+    rows = []
+    for key, label, kind in ROWS[workload]:
+        cells = [label.format(**sizes)] + [fmt(agg[n].get(key)) for n in names]
+        cells.append("" if kind == "info" else ratio(agg["patched"].get(key),
+                                                     agg["unpatched"].get(key)))
+        cells += list(goals.get(key, ("", "")))
+        rows.append(cells)
+    counts = ", ".join(f"{n}: {len(results.get(n, []))}" for n in names)
+    title = TITLES[workload].format(**sizes)
+    return f"{title}\n(repeats done: {counts})\n{table(headers, rows)}"
+
+
+def base_hashes() -> Dict[str, str]:
+    """sha256 of the pristine 1.13.1 files, to tell a pristine module from a patched one."""
+    path = REPO / "patches" / "base.sha256"
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            digest, name = line.split(None, 1)
+            out[Path(name.strip().lstrip("*")).stem] = digest
+    return out
+
+
+def render_runtimes(runtimes: List[Runtime], seen: Dict[str, Dict[str, Any]]) -> str:
+    pristine = base_hashes()
+    lines = ["Runtimes (as reported by the workers):"]
+    for rt in runtimes:
+        info = seen.get(rt.name)
+        env = " ".join(f"{k}={v}" for k, v in rt.env.items() if v is not None)
+        if info is None:
+            lines.append(f"  {rt.name:9} {rt.python} {env}: no worker succeeded")
+            continue
+        lines.append(f"  {rt.name:9} {rt.python} {env}  torch {info['torch_version']}, "
+                     f"RSS from {info['rss_source']}")
+        for mod in ("fake_tensor", "meta_utils"):
+            digest = info[f"{mod}_sha256"]
+            state = ("pristine 1.13.1" if pristine.get(mod) == digest
+                     else "modified" if pristine else "unknown")
+            lines.append(f"            {mod}.py: {info[f'{mod}_file']} "
+                         f"(sha256 {digest[:12]}, {state})")
+    pat, unp = seen.get("patched"), seen.get("unpatched")
+    if pat and unp and all(pat[f"{m}_sha256"] == unp[f"{m}_sha256"]
+                           for m in ("fake_tensor", "meta_utils")):
+        lines.append("  WARNING: patched and unpatched load byte-identical modules; "
+                     "the comparison measures nothing.")
+    return "\n".join(lines)
+
+
+def module_changes(versions: Dict[str, Dict[Tuple[str, ...], List[str]]]) -> List[str]:
+    """A runtime whose modules changed mid-run (e.g. an edit in the overlay) mixes two codes."""
+    out = []
+    for name, seen in versions.items():
+        if len(seen) > 1:
+            detail = "; ".join(f"fake_tensor {key[1][:12]}, meta_utils {key[3][:12]}: "
+                               + " ".join(runs) for key, runs in seen.items())
+            out.append(f"{name}: its torch modules changed during the run ({detail})")
+    return out
+
+
+def parse_workloads(text: str) -> List[str]:
+    wanted = [w.strip() for w in text.split(",") if w.strip()]
+    by_lower = {w.lower(): w for w in WORKLOADS}
+    unknown = [w for w in wanted if w.lower() not in by_lower]
+    if unknown or not wanted:
+        raise argparse.ArgumentTypeError(
+            f"unknown workload(s) {', '.join(unknown) or '(none)'}; choose from "
+            + ", ".join(WORKLOADS))
+    return [by_lower[w.lower()] for w in wanted]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Benchmark unpatched vs patched fake-tensor memoization (patch 0001).")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="alternating repeats per runtime (default 2)")
+    parser.add_argument("--quick", action="store_true", help="scaled-down counts (smoke run)")
+    parser.add_argument("--workloads", type=parse_workloads, default=list(WORKLOADS),
+                        help="comma-separated subset of " + ",".join(WORKLOADS))
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--python-unpatched", help="python of the unpatched runtime "
+                        "(default <repo>/.venv/bin/python with PATCHSET_OVERLAY=0)")
+    parser.add_argument("--python-patched", help="python of the patched runtime "
+                        "(default <repo>/.venv/bin/python with PATCHSET_OVERLAY=1)")
+    parser.add_argument("--vs-python",
+                        help="a third runtime to compare with, e.g. a torch 2.x venv's python")
+    parser.add_argument("--worker", choices=WORKLOADS, help=argparse.SUPPRESS)
+    parser.add_argument("--expect", choices=("system", "overlay", "any"), default="any",
+                        help=argparse.SUPPRESS)
+    return parser
+
+
+def driver_main(args: argparse.Namespace) -> int:
+    if args.repeats < 1:
+        print("bench_memo: --repeats must be >= 1", file=sys.stderr)
+        return 2
+    runtimes = runtimes_from_args(args)
+    errors = [e for e in map(check_runtime, runtimes) if e]
+    if errors:
+        print("bench_memo: " + "\n".join(errors), file=sys.stderr)
+        return 2
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    results: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+    seen: Dict[str, Dict[str, Any]] = {}  # latest runtime info per runtime
+    versions: Dict[str, Dict[Tuple[str, ...], List[str]]] = {}  # module versions -> workers
+    failures: List[str] = []
+    for workload in args.workloads:
+        results[workload] = {rt.name: [] for rt in runtimes}
+        for rep in range(1, args.repeats + 1):
+            for rt in runtimes:  # A B A B ...: drift of the machine hits both sides alike
+                start = time.monotonic()
+                result, log = run_worker(rt, workload, args.quick)
+                took = time.monotonic() - start
+                status = "ok" if result else "FAILED"
+                print(f"[{workload} {rep}/{args.repeats}] {rt.name:9} {status} in {took:.1f} s",
+                      file=sys.stderr, flush=True)
+                if result is None:
+                    failures.append(f"{workload} {rt.name} repeat {rep}: {log}")
+                    continue
+                info = result["info"]
+                print(f"    fake_tensor.py: {info['fake_tensor_file']} "
+                      f"(sha256 {info['fake_tensor_sha256'][:12]})", file=sys.stderr, flush=True)
+                seen[rt.name] = info
+                versions.setdefault(rt.name, {}).setdefault(
+                    tuple(info[k] for k in MODULE_KEYS), []).append(f"{workload}#{rep}")
+                results[workload][rt.name].append(result)
+    failures += module_changes(versions)
+    print()
+    print(render_runtimes(runtimes, seen))
+    print("Workers exit with os._exit right after printing their figures: interpreter shutdown "
+          "(running every pending finalizer) is not measured.")
+    print("RSS growth = VmRSS after gc.collect() at the end minus VmRSS after gc.collect() "
+          "before the workload; times are the best of the repeats, RSS the worst.")
+    for workload in args.workloads:
+        print()
+        print(render_workload(workload, runtimes, results[workload], sizes))
+    if failures:
+        print("\nFailures:", file=sys.stderr)
+        for failure in failures:
+            print("  " + failure.replace("\n", "\n    "), file=sys.stderr)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(
+            {"quick": args.quick, "repeats": args.repeats, "sizes": sizes,
+             "runtimes": [dataclasses.asdict(rt) for rt in runtimes],
+             "results": results, "failures": failures}, indent=1))
+    return 1 if failures else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.worker:
+        worker_main(args.worker, args.expect, args.quick)  # does not return
+    return driver_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,7 @@
 Runs every case under unpatched and patched torch, side by side, each in its own process:
     .venv/bin/python test/fallback_cases.py [--python-unpatched PY] [--python-patched PY]
 The patched side is the project .venv with the overlay active; the unpatched side is the same
-interpreter with PATCHSET_OVERLAY=0.  `./build_scripts/patchset bench --fallback` runs it.
+interpreter with PATCHSET_OVERLAY=0.  The README's fallback table comes from this script.
 """
 import argparse
 import json

@@ -7,6 +7,7 @@ test_fake_tensor.py exercise the patched modules.
 """
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,39 @@ def test_this_interpreter_loads_the_overlay() -> None:
     overlay = REPO / "torch_overlay" / "torch" / "_subclasses"
     assert Path(fake_tensor.__file__) == overlay / "fake_tensor.py"
     assert Path(meta_utils.__file__) == overlay / "meta_utils.py"
+
+
+def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
+    """`apply` the real series to a copy of the pristine base files, then run the checkout's
+    test/test_fake_tensor.py as a script, the way a source build would: it runs upstream's
+    tests and every test of ours."""
+    def checkout_copy(name: str) -> Path:
+        copy = tmp_path / name
+        for rel in ("torch/_subclasses/meta_utils.py", "torch/_subclasses/fake_tensor.py",
+                    "test/test_fake_tensor.py"):
+            pristine = REPO / ".cache" / "pristine" / rel
+            assert pristine.is_file(), "run ./build_scripts/patchset setup first"
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            (copy / rel).write_bytes(pristine.read_bytes())
+        return copy
+
+    def tests_ran(checkout: Path) -> int:
+        run = subprocess.run([sys.executable, "test_fake_tensor.py"], cwd=checkout / "test",
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-3000:]
+        summary = [line for line in run.stderr.splitlines() if line.startswith("Ran ")]
+        assert len(summary) == 1, run.stderr[-3000:]
+        return int(summary[0].split()[1])
+
+    pristine, patched = checkout_copy("pristine"), checkout_copy("patched")
+    proc = tool("apply", "--checkout", str(patched))
+    assert proc.returncode == 0, proc.stderr
+    ours = len(ast_test_methods(REPO / "test" / "test_fake_tensor.py"))
+    assert ours > 0
+    assert tests_ran(patched) == tests_ran(pristine) + ours
+
+
+def ast_test_methods(path: Path) -> list:
+    tree = ast.parse(path.read_text())
+    return [node.name for cls in tree.body if isinstance(cls, ast.ClassDef)
+            for node in cls.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]

@@ -1,18 +1,21 @@
 """Fixtures of the pipeline tests: a throw-away copy of the project with a synthetic series.
 
-The real base files come from the tool's cache (fetched through the tool if missing, never
-skipped); patches are made with real git (`git format-patch`) in a temporary repo seeded
-with those files, so these tests do not depend on the contents of the real series.
+`TmpProject`: the real base files come from the tool's cache (fetched through the tool if
+missing, never skipped); patches are made with real git (`git format-patch`) in a temporary
+repo seeded with those files, so these tests do not depend on the contents of the real series.
+`make_small_project`: a few tiny stand-in base files instead, for the series tools (export,
+refresh, tests-patch), whose series is committed the tool's own way (`series_io`).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import pytest
 
@@ -20,6 +23,10 @@ REPO = Path(__file__).resolve().parent.parent
 TOOL_LIB = REPO / "build_scripts"
 if str(TOOL_LIB) not in sys.path:
     sys.path.insert(0, str(TOOL_LIB))
+
+from patchset_lib import series_io  # noqa: E402
+from patchset_lib.common import Project, Runner, find_project, read_base_hashes  # noqa: E402
+from patchset_lib.source import ensure_pristine  # noqa: E402
 
 Edit = Callable[[str], str]
 SEED_ENV = {
@@ -37,12 +44,16 @@ def git(*args: str, cwd: Path, env: Optional[Mapping[str, str]] = None) -> str:
     return proc.stdout
 
 
-def tree_hashes(root: Path) -> Dict[str, str]:
-    """sha256 of every file under root (outside .git), by relative path."""
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def tree_hashes(root: Path, skip: str = ".git") -> Dict[str, str]:
+    """sha256 of every file under root (outside directories named skip), by relative path."""
     return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(root)): sha(p.read_bytes())
         for p in sorted(root.rglob("*"))
-        if p.is_file() and ".git" not in p.relative_to(root).parts
+        if p.is_file() and skip not in p.relative_to(root).parts
     }
 
 
@@ -54,12 +65,20 @@ def insert_line(after: int, text: str) -> Edit:
     return edit
 
 
+def copy_tool(root: Path) -> None:
+    """build_scripts/ into root, so `root/build_scripts/patchset` runs on the project at root."""
+    shutil.copytree(TOOL_LIB, root / "build_scripts", ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def run_tool(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """`patchset -q ARGS` with the CLI copied into root (see copy_tool), on the project at root."""
+    return subprocess.run([sys.executable, str(root / "build_scripts" / "patchset"), "-q", *args],
+                          cwd=root, capture_output=True, text=True)
+
+
 @pytest.fixture(scope="session")
 def base_files() -> Dict[str, bytes]:
     """The pinned base files, from .cache/pristine (fetched by the tool's own code if missing)."""
-    from patchset_lib.common import Runner, find_project, read_base_hashes
-    from patchset_lib.source import ensure_pristine
-
     project = find_project(TOOL_LIB)
     ensure_pristine(project, Runner(log_file=project.log_file))
     return {path: (project.pristine / path).read_bytes() for path in sorted(read_base_hashes(project))}
@@ -71,7 +90,7 @@ class TmpProject:
     def __init__(self, root: Path, base: Mapping[str, bytes]) -> None:
         self.root = root
         self.base = dict(base)
-        shutil.copytree(TOOL_LIB, root / "build_scripts", ignore=shutil.ignore_patterns("__pycache__"))
+        copy_tool(root)
         (root / "patches").mkdir()
         for name in ("base.json", "base.sha256", "identity.json"):
             shutil.copyfile(REPO / "patches" / name, root / "patches" / name)
@@ -92,8 +111,7 @@ class TmpProject:
         return target
 
     def tool(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(self.root / "build_scripts" / "patchset"), "-q", *args],
-                              cwd=self.root, capture_output=True, text=True)
+        return run_tool(self.root, *args)
 
     def make_series(self, commits: Sequence[Tuple[str, str, Mapping[str, Edit], bool]]) -> Dict[str, bytes]:
         """Commit each (subject, author, edits, exported) on top of the base in a seed repo and
@@ -156,3 +174,62 @@ def git_checkout(tmp_path: Path, tmp_project: TmpProject) -> Path:
     git("add", "-A", cwd=checkout)
     git("commit", "-q", "-m", "PyTorch 1.13.1 base", cwd=checkout)
     return checkout
+
+
+# ---- small projects for the series tools ------------------------------------------------------
+
+# Deliberately not sorted (test/ < torch/): refresh must keep the order of base.sha256's lines.
+SMALL_BASE: Dict[str, bytes] = {
+    META: b"def meta():\n    return 1\n",
+    FAKE: b"def fake():\n    return 2\n",
+    TEST: b"import unittest\n\n\nif __name__ == '__main__':\n    unittest.main()\n",
+}
+IDENTITY = {"name": "Fake Tensor Patch Set", "email": "patchset@example.invalid",
+            "date": "2026-12-02T00:00:00+00:00"}
+BASE_PIN = {"upstream_tag": "v1.13.1", "tree_dir": "pytorch-1.13.1", "debian_source_package": "pytorch",
+            "debian_source_version": "1.13.1+dfsg-4", "system_python": "/usr/bin/python3.11"}
+
+
+class SeriesEdit(NamedTuple):
+    """One commit of a synthetic series: its message and the files it writes."""
+    message: str
+    files: Mapping[str, bytes]
+    author_date: Optional[str] = None  # None: the date of patches/identity.json
+
+
+def make_small_project(root: Path, files: Mapping[str, bytes] = SMALL_BASE) -> Project:
+    """patches/ facts (identity, pin, base.sha256 of files, in their order) and .cache/pristine."""
+    (root / "patches").mkdir(parents=True)
+    (root / "patches/identity.json").write_text(json.dumps(IDENTITY))
+    (root / "patches/base.json").write_text(json.dumps(BASE_PIN))
+    (root / "patches/base.sha256").write_text("".join(f"{sha(d)}  {p}\n" for p, d in files.items()))
+    series_io.write_files(root / ".cache/pristine", files)
+    return Project(root)
+
+
+def commit(repo: Path, runner: Runner, message: str, files: Mapping[str, bytes],
+           env: Mapping[str, str]) -> None:
+    """Write files into repo and commit them all, with env's identity and dates."""
+    series_io.write_files(repo, files)
+    runner.git("add", "-A", cwd=repo, env=env, capture=True)
+    runner.git("commit", "-q", "-m", message, cwd=repo, env={**series_io.isolated_env(), **env},
+               capture=True)
+
+
+def commit_series(project: Project, runner: Runner, edits: Sequence[SeriesEdit],
+                  work: Path) -> List[Path]:
+    """Commit the edits on the pristine base in work/series-repo, with the tool's identity, and
+    write the canonical series into patches/ (as the lead commits one)."""
+    repo = work / "series-repo"
+    base = series_io.make_base_repo(series_io.pristine_files(project), repo, runner)
+    for edit in edits:
+        env = series_io.commit_env(project)
+        if edit.author_date is not None:
+            env["GIT_AUTHOR_DATE"] = edit.author_date
+        commit(repo, runner, edit.message, edit.files, env)
+    return series_io.format_series(repo, base, project.patches, runner)
+
+
+@pytest.fixture
+def runner() -> Runner:
+    return Runner(echo=False)

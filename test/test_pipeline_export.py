@@ -4,28 +4,25 @@ Both exports are applied for real: `git am` into a repo of the pristine base fil
 `quilt push -a` / `quilt pop -a` on a copy of a small source tree.
 """
 import argparse
-import hashlib
-import json
 import shutil
-import sys
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Sequence
 
 import pytest
+from conftest import (
+    IDENTITY,
+    SMALL_BASE,
+    SeriesEdit,
+    commit_series,
+    make_small_project,
+    sha,
+    tree_hashes,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "build_scripts"))
+from patchset_lib import export_cmd, series_io
+from patchset_lib.common import PatchsetError, Project, Runner, read_series
 
-from patchset_lib import export_cmd, series_io  # noqa: E402
-from patchset_lib.common import PatchsetError, Project, Runner, read_series  # noqa: E402
-
-PRISTINE = {
-    "torch/_subclasses/meta_utils.py": b"def meta():\n    return 1\n",
-    "torch/_subclasses/fake_tensor.py": b"def fake():\n    return 2\n",
-    "test/test_fake_tensor.py": b"import unittest\n\n\nif __name__ == '__main__':\n    unittest.main()\n",
-}
-IDENTITY = {"name": "Fake Tensor Patch Set", "email": "patchset@example.invalid",
-            "date": "2026-12-02T00:00:00+00:00"}
+PRISTINE = SMALL_BASE
 COVER = "Subject of the series\n\nWhat the series does, briefly.\n"
 FIRST_MESSAGE = ("Weak memo for converters\n\nWhy: finalizers leak.\n\nWhat: weak refs we own.\n\n"
                  "Bug: pytorch/pytorch#80544\nForwarded: no\n")
@@ -34,63 +31,29 @@ RESULT = {
     "torch/_subclasses/fake_tensor.py": b"def fake():\n    return 20\n",
     "test/test_fake_tensor.py": PRISTINE["test/test_fake_tensor.py"] + b"# ours\n",
 }
-Edit = Tuple[str, str, Dict[str, bytes]]  # (message, author date, files)
-EDITS: Sequence[Edit] = (
-    (FIRST_MESSAGE, "2026-12-02T09:00:00+00:00",
-     {"torch/_subclasses/meta_utils.py": RESULT["torch/_subclasses/meta_utils.py"]}),
-    ("Fallback aliasing\n\nOutputs alias inputs.\n", "2026-12-02T09:10:00+00:00",
-     {"torch/_subclasses/fake_tensor.py": RESULT["torch/_subclasses/fake_tensor.py"]}),
-    ("Add patch-set tests to test_fake_tensor.py\n\nGenerated.\n", "2026-12-02T00:00:00+00:00",
-     {"test/test_fake_tensor.py": RESULT["test/test_fake_tensor.py"]}),
+EDITS: Sequence[SeriesEdit] = (
+    SeriesEdit(FIRST_MESSAGE,
+               {"torch/_subclasses/meta_utils.py": RESULT["torch/_subclasses/meta_utils.py"]},
+               author_date="2026-12-02T09:00:00+00:00"),
+    SeriesEdit("Fallback aliasing\n\nOutputs alias inputs.\n",
+               {"torch/_subclasses/fake_tensor.py": RESULT["torch/_subclasses/fake_tensor.py"]},
+               author_date="2026-12-02T09:10:00+00:00"),
+    SeriesEdit("Add patch-set tests to test_fake_tensor.py\n\nGenerated.\n",
+               {"test/test_fake_tensor.py": RESULT["test/test_fake_tensor.py"]},
+               author_date="2026-12-02T00:00:00+00:00"),
 )
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def make_project(root: Path, files: Mapping[str, bytes] = PRISTINE) -> Project:
-    (root / "patches").mkdir(parents=True)
-    (root / "patches/identity.json").write_text(json.dumps(IDENTITY))
-    (root / "patches/base.json").write_text(json.dumps({
-        "upstream_tag": "v1.13.1", "tree_dir": "pytorch-1.13.1", "debian_source_package": "pytorch",
-        "debian_source_version": "1.13.1+dfsg-4", "system_python": "/usr/bin/python3.11"}))
-    (root / "patches/base.sha256").write_text("".join(f"{sha(d)}  {p}\n" for p, d in files.items()))
-    (root / "patches/cover-letter.txt").write_text(COVER)
-    series_io.write_files(root / ".cache/pristine", files)
-    return Project(root)
-
-
-def commit_series(project: Project, runner: Runner, edits: Sequence[Edit], work: Path) -> List[Path]:
-    repo = work / "series-repo"
-    base = series_io.make_base_repo(series_io.pristine_files(project), repo, runner)
-    for message, date, files in edits:
-        env = {**series_io.commit_env(project), "GIT_AUTHOR_DATE": date}
-        series_io.write_files(repo, files)
-        runner.git("add", "-A", cwd=repo, env=env, capture=True)
-        runner.git("commit", "-q", "-m", message, cwd=repo, env=env, capture=True)
-    return series_io.format_series(repo, base, project.patches, runner)
-
-
-@pytest.fixture
-def runner() -> Runner:
-    return Runner(echo=False)
 
 
 @pytest.fixture
 def project(tmp_path: Path, runner: Runner) -> Project:
-    project = make_project(tmp_path / "proj")
+    project = make_small_project(tmp_path / "proj")
+    (project.patches / "cover-letter.txt").write_text(COVER)
     commit_series(project, runner, EDITS, tmp_path)
     return project
 
 
 def export(project: Project, runner: Runner, fmt: str, out: Path) -> int:
     return export_cmd.cmd_export(project, runner, argparse.Namespace(format=fmt, out=str(out)))
-
-
-def tree_hashes(root: Path, skip: str = "\0") -> Dict[str, str]:
-    return {str(p.relative_to(root)): sha(p.read_bytes()) for p in sorted(root.rglob("*"))
-            if p.is_file() and not str(p.relative_to(root)).startswith(skip)}
 
 
 # ---- git ---------------------------------------------------------------------------------------

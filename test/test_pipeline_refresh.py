@@ -4,43 +4,27 @@ A synthetic series is applied with `git am` into a temp git repo (history below 
 pristine base commit, the series), edited, and refreshed into a temp project copy.
 """
 import argparse
-import hashlib
-import json
-import sys
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence
 
 import pytest
+from conftest import SMALL_BASE, SeriesEdit, commit, commit_series, make_small_project, sha, tree_hashes
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "build_scripts"))
+from patchset_lib import refresh_cmd, series_io
+from patchset_lib.common import PatchsetError, Project, Runner, read_series
 
-from patchset_lib import refresh_cmd, series_io  # noqa: E402
-from patchset_lib.common import PatchsetError, Project, Runner, read_series  # noqa: E402
-
-PRISTINE = {
-    "torch/_subclasses/meta_utils.py": b"def meta():\n    return 1\n",
-    "torch/_subclasses/fake_tensor.py": b"def fake():\n    return 2\n",
-    "test/test_fake_tensor.py": b"import unittest\n\n\nif __name__ == '__main__':\n    unittest.main()\n",
-}
+PRISTINE = SMALL_BASE
 OTHER = {"torch/_subclasses/schema_check_mode.py": b"def check():\n    return 3\n",
          "setup.py": b"# not touched\n"}
-IDENTITY = {"name": "Fake Tensor Patch Set", "email": "patchset@example.invalid",
-            "date": "2026-12-02T00:00:00+00:00"}
-Edit = Tuple[str, Dict[str, bytes]]
-EDITS: Sequence[Edit] = (
-    ("Weak memo for converters\n\nWhy and what.\n",
-     {"torch/_subclasses/meta_utils.py": b"def meta():\n    return 10\n"}),
-    ("Fallback aliasing\n\nOutputs alias inputs.\n",
-     {"torch/_subclasses/fake_tensor.py": b"def fake():\n    return 20\n"}),
+EDITS: Sequence[SeriesEdit] = (
+    SeriesEdit("Weak memo for converters\n\nWhy and what.\n",
+               {"torch/_subclasses/meta_utils.py": b"def meta():\n    return 10\n"}),
+    SeriesEdit("Fallback aliasing\n\nOutputs alias inputs.\n",
+               {"torch/_subclasses/fake_tensor.py": b"def fake():\n    return 20\n"}),
 )
 EDITOR = {"GIT_AUTHOR_NAME": "Editor", "GIT_AUTHOR_EMAIL": "editor@example.invalid",
           "GIT_COMMITTER_NAME": "Editor", "GIT_COMMITTER_EMAIL": "editor@example.invalid",
           "GIT_AUTHOR_DATE": "2026-12-03T00:00:00+00:00", "GIT_COMMITTER_DATE": "2026-12-03T00:00:00+00:00"}
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def manifest(base: Mapping[str, bytes], result: Mapping[str, bytes]) -> str:
@@ -48,33 +32,10 @@ def manifest(base: Mapping[str, bytes], result: Mapping[str, bytes]) -> str:
                    if p.startswith("torch/") and base[p] != result[p])
 
 
-def make_project(root: Path) -> Project:
-    (root / "patches").mkdir(parents=True)
-    (root / "patches/identity.json").write_text(json.dumps(IDENTITY))
-    (root / "patches/base.json").write_text(json.dumps({"upstream_tag": "v1.13.1",
-                                                        "tree_dir": "pytorch-1.13.1"}))
-    # Deliberately not sorted: refresh must keep the order of existing lines.
-    (root / "patches/base.sha256").write_text("".join(f"{sha(d)}  {p}\n" for p, d in PRISTINE.items()))
-    series_io.write_files(root / ".cache/pristine", PRISTINE)
-    return Project(root)
-
-
-def commit(repo: Path, runner: Runner, message: str, files: Mapping[str, bytes],
-           env: Mapping[str, str]) -> None:
-    series_io.write_files(repo, files)
-    runner.git("add", "-A", cwd=repo, env=env, capture=True)
-    runner.git("commit", "-q", "-m", message, cwd=repo, env={**series_io.isolated_env(), **env},
-               capture=True)
-
-
 def write_series(project: Project, runner: Runner, work: Path) -> None:
     """The canonical series of EDITS, base.sha256 and MANIFEST, as the lead would commit them."""
-    repo = work / "series-repo"
-    base = series_io.make_base_repo(PRISTINE, repo, runner)
-    for message, files in EDITS:
-        commit(repo, runner, message, files, series_io.commit_env(project))
-    series_io.format_series(repo, base, project.patches, runner)
-    result = {**PRISTINE, **{p: d for _, files in EDITS for p, d in files.items()}}
+    commit_series(project, runner, EDITS, work)
+    result = {**PRISTINE, **{p: d for edit in EDITS for p, d in edit.files.items()}}
     project.overlay.mkdir()
     project.overlay_manifest.write_text(manifest(PRISTINE, result))
 
@@ -94,18 +55,9 @@ def refresh(project: Project, runner: Runner, source: Path, base: Optional[str] 
     return refresh_cmd.cmd_refresh(project, runner, argparse.Namespace(source=str(source), base=base))
 
 
-def tree_hashes(root: Path) -> Dict[str, str]:
-    return {str(p.relative_to(root)): sha(p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture
-def runner() -> Runner:
-    return Runner(echo=False)
-
-
 @pytest.fixture
 def project(tmp_path: Path, runner: Runner) -> Project:
-    project = make_project(tmp_path / "proj")
+    project = make_small_project(tmp_path / "proj")
     write_series(project, runner, tmp_path)
     return project
 

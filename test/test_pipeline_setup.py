@@ -6,12 +6,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
+import pytest
 from conftest import FAKE, META, REPO, TEST, TmpProject
 
 from patchset_lib.common import Project, Runner, base_pin
-from patchset_lib import source
+from patchset_lib import cli, source, test_cmd
 
 DEBIAN_SOURCES = """\
 Types: deb
@@ -146,6 +147,32 @@ def test_pytest_collecting_nothing_fails_the_test_command() -> None:
     )
     assert proc.returncode == 1
     assert "collected no tests" in proc.stdout
+
+
+
+@pytest.mark.parametrize("argv", [
+    ["test", "-k", "foo"],
+    ["test", "--", "-k", "foo"],
+    ["-q", "test", "-k", "foo"],
+])
+def test_test_command_hands_trailing_args_to_pytest(argv: List[str]) -> None:
+    args = cli.parse_args(cli.build_parser(), argv)
+    assert args.func is test_cmd.cmd_test
+    project = Project(REPO)
+    assert test_cmd.pytest_command(project, args.pytest_args) == [
+        project.venv_python, "-m", "pytest", project.tests, "-q", "-p", "no:cacheprovider", "-k", "foo"]
+
+
+@pytest.mark.parametrize("argv, unknown", [
+    (["status", "-k", "foo"], "-k foo"),  # status does not opt in
+    (["--bogus", "test"], "--bogus"),  # not after `test`: not pytest's
+])
+def test_other_unknown_args_are_still_refused(argv: List[str], unknown: str,
+                                              capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.parse_args(cli.build_parser(), argv)
+    assert info.value.code == 2
+    assert f"patchset: error: unrecognized arguments: {unknown}\n" in capsys.readouterr().err
 
 
 STUB_INSTALL = '''

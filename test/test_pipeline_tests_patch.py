@@ -4,21 +4,25 @@ Synthetic project in tmp_path: pristine base files (a small upstream-style test 
 series made with git, our own test file. No torch needed: the test files use unittest.
 """
 import argparse
-import hashlib
-import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence, Tuple
 
 import pytest
+from conftest import (
+    IDENTITY,
+    SMALL_BASE,
+    TEST,
+    SeriesEdit,
+    commit_series,
+    copy_tool,
+    make_small_project,
+    run_tool,
+    tree_hashes,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "build_scripts"))
-
-from patchset_lib import series_io, tests_patch_cmd  # noqa: E402
-from patchset_lib.common import PatchsetError, Project, Runner, read_series  # noqa: E402
+from patchset_lib import series_io, tests_patch_cmd
+from patchset_lib.common import PatchsetError, Project, Runner, read_series
 
 UPSTREAM_TEST = '''# Owner(s): ["module: meta tensors"]
 
@@ -67,53 +71,20 @@ if __name__ == "__main__":
     unittest.main()
 '''
 
-PRISTINE = {
-    "torch/_subclasses/meta_utils.py": b"def meta():\n    return 1\n",
-    "torch/_subclasses/fake_tensor.py": b"def fake():\n    return 2\n",
-    "test/test_fake_tensor.py": UPSTREAM_TEST.encode(),
-}
-IDENTITY = {"name": "Fake Tensor Patch Set", "email": "patchset@example.invalid",
-            "date": "2026-12-02T00:00:00+00:00"}
-Edit = Tuple[str, Dict[str, bytes]]
+PRISTINE = {**SMALL_BASE, TEST: UPSTREAM_TEST.encode()}
 
 
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def make_project(root: Path, ours: str = OUR_TEST) -> Project:
+    """A small project with upstream's test file as its base and ours in test/, and the tool."""
+    project = make_small_project(root, PRISTINE)
+    copy_tool(root)
+    project.tests.mkdir()
+    (project.tests / "test_fake_tensor.py").write_text(ours)
+    return project
 
 
-def make_project(root: Path, files: Mapping[str, bytes] = PRISTINE, ours: str = OUR_TEST) -> Project:
-    (root / "patches").mkdir(parents=True)
-    shutil.copytree(REPO / "build_scripts", root / "build_scripts",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "patches/identity.json").write_text(json.dumps(IDENTITY))
-    (root / "patches/base.json").write_text(json.dumps({
-        "upstream_tag": "v1.13.1", "tree_dir": "pytorch-1.13.1", "debian_source_package": "pytorch",
-        "debian_source_version": "1.13.1+dfsg-4", "system_python": "/usr/bin/python3.11"}))
-    (root / "patches/base.sha256").write_text("".join(f"{sha(d)}  {p}\n" for p, d in files.items()))
-    series_io.write_files(root / ".cache/pristine", files)
-    (root / "test").mkdir()
-    (root / "test/test_fake_tensor.py").write_text(ours)
-    return Project(root)
-
-
-def commit_series(project: Project, runner: Runner, edits: Sequence[Edit], work: Path) -> List[Path]:
-    """Commit each (subject, files) on the pristine base; write the canonical series to patches/."""
-    repo = work / "series-repo"
-    base = series_io.make_base_repo(series_io.pristine_files(project), repo, runner)
-    env = series_io.commit_env(project)
-    for subject, files in edits:
-        series_io.write_files(repo, files)
-        runner.git("add", "-A", cwd=repo, env=env, capture=True)
-        runner.git("commit", "-q", "-m", subject, cwd=repo, env=env, capture=True)
-    return series_io.format_series(repo, base, project.patches, runner)
-
-
-FIRST_EDIT: Edit = ("Memoize weakly", {"torch/_subclasses/meta_utils.py": b"def meta():\n    return 10\n"})
-
-
-@pytest.fixture
-def runner() -> Runner:
-    return Runner(echo=False)
+FIRST_EDIT = SeriesEdit("Memoize weakly",
+                        {"torch/_subclasses/meta_utils.py": b"def meta():\n    return 10\n"})
 
 
 @pytest.fixture
@@ -125,10 +96,6 @@ def project(tmp_path: Path, runner: Runner) -> Project:
 
 def run_tests_patch(project: Project, runner: Runner, check: bool = False) -> int:
     return tests_patch_cmd.cmd_tests_patch(project, runner, argparse.Namespace(check=check))
-
-
-def tree_hashes(root: Path) -> Dict[str, str]:
-    return {str(p.relative_to(root)): sha(p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 # ---- merging (pure) ----------------------------------------------------------------------------
@@ -246,7 +213,7 @@ def test_builds_on_the_file_as_left_by_preceding_patches(tmp_path: Path, runner:
     project = make_project(tmp_path / "proj")
     upstream_edit = UPSTREAM_TEST.replace("def helper():", "class UpstreamAdded(TestCase):\n"
                                           "    def test_added(self):\n        pass\n\n\ndef helper():")
-    commit_series(project, runner, [FIRST_EDIT, ("Touch the test", {
+    commit_series(project, runner, [FIRST_EDIT, SeriesEdit("Touch the test", {
         "test/test_fake_tensor.py": upstream_edit.encode()})], tmp_path)
     run_tests_patch(project, runner)
     series = read_series(project)
@@ -276,14 +243,8 @@ def test_tests_patch_must_be_last(project: Project, runner: Runner) -> None:
 
 
 def test_cli_check_exit_codes(project: Project) -> None:
-    # cli.py lists the subcommand modules; register ours for the run if the lead has not yet.
-    code = ("import sys; sys.path.insert(0, 'build_scripts'); from patchset_lib import cli; "
-            "'tests_patch_cmd' in cli.SUBCOMMAND_MODULES or cli.SUBCOMMAND_MODULES.append('tests_patch_cmd'); "
-            "sys.exit(cli.main(sys.argv[1:]))")
-
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", code, "-q", *args], cwd=project.root,
-                              capture_output=True, text=True)
+        return run_tool(project.root, *args)  # the tmp project's own copy of build_scripts/patchset
 
     failed = cli("tests-patch", "--check")
     assert failed.returncode == 1 and "no tests patch" in failed.stderr

@@ -20,6 +20,7 @@ from .common import (
     Project,
     Runner,
     git_identity_env,
+    quiet,
     read_base_hashes,
     read_series,
     sha256_bytes,
@@ -42,11 +43,6 @@ def load_series(project: Project) -> List[Path]:
     if not series:
         raise PatchsetError(f"{project.series_file} lists no patches")
     return series
-
-
-def quiet(runner: Runner) -> Runner:
-    """Same log file, no echo: for read-only probes and work in temporary directories."""
-    return dataclasses.replace(runner, echo=False)
 
 
 def no_discovery_env(directory: Path) -> Dict[str, str]:

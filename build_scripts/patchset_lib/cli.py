@@ -49,8 +49,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but a subcommand that sets the default `pass_through=DEST` gets
+    the unknown arguments that trail the command line in args.DEST, e.g. `patchset test -k foo`
+    hands `-k foo` to pytest (argparse.REMAINDER refuses arguments that start with an option).
+    Any other unknown argument is refused as by parse_args."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        given = sys.argv[1:] if argv is None else list(argv)
+        dest = getattr(args, "pass_through", None)
+        if dest is None or unknown != given[len(given) - len(unknown):]:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        setattr(args, dest, unknown)
+    return args
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     project = find_project()
     runner = Runner(log_file=project.log_file, echo=not args.quiet)
     try:

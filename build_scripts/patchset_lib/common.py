@@ -194,6 +194,11 @@ class Runner:
         return self.run(["git", *args], cwd=cwd, **kwargs)
 
 
+def quiet(runner: Runner) -> Runner:
+    """Same log file, no echo: for read-only probes and work in temporary directories."""
+    return dataclasses.replace(runner, echo=False)
+
+
 def git_identity_env(project: Project) -> Dict[str, str]:
     ident = identity(project)
     return {

@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from .common import PatchsetError, Project, Runner, base_pin, sha256_bytes, sha256_file
 
@@ -483,22 +483,24 @@ def _python_arg(project: Project, args: argparse.Namespace) -> Optional[Path]:
     return python
 
 
-def cmd_install(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+def _on_target(project: Project, runner: Runner, args: argparse.Namespace,
+               on_venv: Callable[[Project, Runner], None],
+               on_python: Callable[[Project, Runner, Path], None]) -> int:
+    """`on_venv` for the project .venv, `on_python` for another --python interpreter."""
     python = _python_arg(project, args)
     if python is None:
-        install_project_venv(project, runner)
+        on_venv(project, runner)
     else:
-        install_into_python(project, runner, python)
+        on_python(project, runner, python)
     return 0
+
+
+def cmd_install(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    return _on_target(project, runner, args, install_project_venv, install_into_python)
 
 
 def cmd_uninstall(project: Project, runner: Runner, args: argparse.Namespace) -> int:
-    python = _python_arg(project, args)
-    if python is None:
-        uninstall_project_venv(project, runner)
-    else:
-        uninstall_from_python(project, runner, python)
-    return 0
+    return _on_target(project, runner, args, uninstall_project_venv, uninstall_from_python)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

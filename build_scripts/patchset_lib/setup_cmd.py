@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .apply_cmd import quiet
-from .common import PatchsetError, Project, Runner, base_pin, read_base_hashes, sha256_file
+from .common import PatchsetError, Project, Runner, base_pin, quiet, read_base_hashes, sha256_file
 from .source import check_pristine, ensure_source
 
 # Each entry: acceptable package names, the first being the one to install.

@@ -7,6 +7,8 @@ is a failure here: a run that tested nothing must not pass.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import List, Sequence, Union
 
 from .common import Project, Runner
 from .overlay_cmd import ensure_overlay
@@ -16,18 +18,20 @@ from .setup_cmd import ensure_setup
 NO_TESTS_COLLECTED = 5
 
 
+def pytest_command(project: Project, pytest_args: Sequence[str]) -> List[Union[str, Path]]:
+    """The pytest run of `patchset test`; a leading `--` only ends our options, pytest does not get it."""
+    extra = list(pytest_args)
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    return [project.venv_python, "-m", "pytest", project.tests, "-q", "-p", "no:cacheprovider", *extra]
+
+
 def cmd_test(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     ensure_setup(project, runner)
     if project.series_file.is_file():
         ensure_overlay(project, runner)
         pipeline_module("install_cmd").install_project_venv(project, runner)
-    extra = list(args.pytest_args)
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
-    proc = runner.run(
-        [project.venv_python, "-m", "pytest", project.tests, "-q", "-p", "no:cacheprovider", *extra],
-        cwd=project.root, check=False,
-    )
+    proc = runner.run(pytest_command(project, args.pytest_args), cwd=project.root, check=False)
     if proc.returncode == NO_TESTS_COLLECTED:
         print("patchset test: error: pytest collected no tests; that is a failure")
         return 1
@@ -36,8 +40,10 @@ def cmd_test(project: Project, runner: Runner, args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "test", help="setup, then run the repo's tests with .venv's pytest (extra args after --)",
-        description="Run `.venv/bin/python -m pytest test -q`; `patchset test -- -k foo` passes -k foo.",
+        "test", help="setup, then run the repo's tests with .venv's pytest (other args go to pytest)",
+        usage="patchset test [-h] [[--] PYTEST_ARG ...]",
+        description="Run `.venv/bin/python -m pytest test -q`; `patchset test -k foo` and "
+                    "`patchset test -- -k foo` both pass -k foo.",
     )
-    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="arguments for pytest (after --)")
-    parser.set_defaults(func=cmd_test)
+    # No positional for them: cli.py hands every argument after `test` to pytest_args.
+    parser.set_defaults(func=cmd_test, pytest_args=[], pass_through="pytest_args")

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import series_io, tests_patch_cmd
+from . import overlay_cmd, series_io, tests_patch_cmd
 from .common import PatchsetError, Project, Runner, read_base_hashes, read_series, sha256_bytes
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
@@ -156,13 +156,11 @@ def keep_pinned(hashes: Mapping[str, str]) -> List[str]:
 
 
 def manifest_text(base_files: Mapping[str, bytes], result_files: Mapping[str, bytes]) -> str:
-    """torch_overlay/MANIFEST: torch/ files that exist in both base and result and differ."""
-    rows = [
-        f"{path} {sha256_bytes(base_files[path])} {sha256_bytes(data)}\n"
-        for path, data in sorted(result_files.items())
-        if path.startswith("torch/") and path in base_files and base_files[path] != data
-    ]
-    return "".join(rows)
+    """torch_overlay/MANIFEST, written as `patchset overlay` writes it (files the series creates
+    or deletes cannot be overlaid; overlay_gaps reports them)."""
+    base = {path: sha256_bytes(data) for path, data in base_files.items()}
+    kept = {path: data for path, data in result_files.items() if path in base}
+    return overlay_cmd.manifest_text(overlay_cmd.overlay_files(kept, base), base)
 
 
 def overlay_gaps(touched: Sequence[str], base_files: Mapping[str, bytes],

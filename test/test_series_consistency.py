@@ -3,7 +3,8 @@
 These run on the real project (not a copy): the last patch must be what `tests-patch` makes of
 test/test_fake_tensor.py, torch_overlay/ and its MANIFEST must be base + series, and the
 interpreter running the tests must load the overlay, so that the behaviour tests in
-test_fake_tensor.py exercise the patched modules.
+test_fake_tensor.py exercise the patched modules.  A minimal checkout patched with the series
+runs upstream's tests and ours, and both exports apply for real (git am, quilt push/pop).
 """
 from __future__ import annotations
 
@@ -20,6 +21,32 @@ TOOL = REPO / "build_scripts" / "patchset"
 def tool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(TOOL), "-q", *args], cwd=REPO,
                           capture_output=True, text=True)
+
+
+# every base file the series touches, as pinned
+BASE_FILES = tuple(line.split()[1] for line in
+                   (REPO / "patches" / "base.sha256").read_text().splitlines() if line.strip())
+
+
+def pristine_tree(root: Path) -> Path:
+    """A minimal checkout: the pristine base files at their in-tree paths."""
+    for rel in BASE_FILES:
+        assert (REPO / ".cache" / "pristine" / rel).is_file(), "run ./build_scripts/patchset setup"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes((REPO / ".cache" / "pristine" / rel).read_bytes())
+    return root
+
+
+def file_bytes(root: Path) -> dict:
+    return {rel: (root / rel).read_bytes() for rel in BASE_FILES}
+
+
+def patched_bytes(tmp_path: Path) -> dict:
+    """The base files after the real series, as `apply` makes them."""
+    tree = pristine_tree(tmp_path / "applied")
+    proc = tool("apply", "--checkout", str(tree))
+    assert proc.returncode == 0, proc.stderr
+    return file_bytes(tree)
 
 
 def test_tests_patch_matches_test_file() -> None:
@@ -50,19 +77,9 @@ def test_this_interpreter_loads_the_overlay() -> None:
 
 
 def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
-    """`apply` the real series to a copy of the pristine base files, then run the checkout's
+    """`apply` the real series to a minimal checkout, then run the checkout's
     test/test_fake_tensor.py as a script, the way a source build would: it runs upstream's
     tests and every test of ours."""
-    def checkout_copy(name: str) -> Path:
-        copy = tmp_path / name
-        for rel in ("torch/_subclasses/meta_utils.py", "torch/_subclasses/fake_tensor.py",
-                    "test/test_fake_tensor.py"):
-            pristine = REPO / ".cache" / "pristine" / rel
-            assert pristine.is_file(), "run ./build_scripts/patchset setup first"
-            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
-            (copy / rel).write_bytes(pristine.read_bytes())
-        return copy
-
     def tests_ran(checkout: Path) -> int:
         # CI=true makes upstream's run_tests() write XML reports through xmlrunner, which
         # upstream's CI installs and a source build does not need.
@@ -74,7 +91,8 @@ def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
         assert len(summary) == 1, run.stderr[-3000:]
         return int(summary[0].split()[1])
 
-    pristine, patched = checkout_copy("pristine"), checkout_copy("patched")
+    pristine = pristine_tree(tmp_path / "pristine")
+    patched = pristine_tree(tmp_path / "patched")
     proc = tool("apply", "--checkout", str(patched))
     assert proc.returncode == 0, proc.stderr
     ours = len(ast_test_methods(REPO / "test" / "test_fake_tensor.py"))
@@ -86,3 +104,37 @@ def ast_test_methods(path: Path) -> list:
     tree = ast.parse(path.read_text())
     return [node.name for cls in tree.body if isinstance(cls, ast.ClassDef)
             for node in cls.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+
+
+def test_git_export_of_the_series_applies_with_git_am(tmp_path: Path) -> None:
+    out = tmp_path / "git-export"
+    proc = tool("export", "--format", "git", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    repo = pristine_tree(tmp_path / "repo")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run(["git", *argv], cwd=repo, env=env, check=True)
+    patches = sorted(p for p in out.glob("*.patch") if not p.name.startswith("0000-"))
+    assert len(patches) == len((REPO / "patches" / "series").read_text().split())
+    am = subprocess.run(["git", "am", "-q", *map(str, patches)], cwd=repo, env=env,
+                        capture_output=True, text=True)
+    assert am.returncode == 0, am.stderr
+    assert file_bytes(repo) == patched_bytes(tmp_path)
+
+
+def test_quilt_export_of_the_series_pushes_and_pops(tmp_path: Path) -> None:
+    out = tmp_path / "debian-patches"
+    proc = tool("export", "--format", "quilt", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    tree = pristine_tree(tmp_path / "pytorch-1.13.1")
+    before = file_bytes(tree)
+    env = {**os.environ, "QUILT_PATCHES": str(out)}
+    push = subprocess.run(["quilt", "--quiltrc", "-", "push", "-a"], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    assert push.returncode == 0, push.stdout + push.stderr
+    assert file_bytes(tree) == patched_bytes(tmp_path)
+    pop = subprocess.run(["quilt", "--quiltrc", "-", "pop", "-a"], cwd=tree, env=env,
+                         capture_output=True, text=True)
+    assert pop.returncode == 0, pop.stdout + pop.stderr
+    assert file_bytes(tree) == before

@@ -190,7 +190,7 @@ class Runner:
         return proc
 
     def git(self, *args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
-        """git with a fixed, reproducible identity unless the caller's env overrides it."""
+        """git, logged like every other command; identity and config come from `env`."""
         return self.run(["git", *args], cwd=cwd, **kwargs)
 
 

@@ -60,10 +60,6 @@ def check_series(series: Sequence[Path]) -> Optional[str]:
     return f"patches/series lists missing files: {', '.join(missing)}" if missing else None
 
 
-def committer_env(project: Project) -> Dict[str, str]:
-    return {k: v for k, v in series_io.commit_env(project).items() if not k.startswith("GIT_AUTHOR")}
-
-
 def series_repo(project: Project, runner: Runner, workdir: Path) -> Tuple[Path, str]:
     """Temp repo = pristine base commit + `git am` of patches/; returns (repo, base commit)."""
     series = read_series(project) if project.series_file.is_file() else []
@@ -73,7 +69,7 @@ def series_repo(project: Project, runner: Runner, workdir: Path) -> Tuple[Path, 
     repo = workdir / "repo"
     pristine = series_io.pristine_files(project)
     base = series_io.make_base_repo(pristine, repo, runner)
-    series_io.am_series(repo, series, runner, committer_env(project))
+    series_io.am_series(repo, series, runner, series_io.am_env(project))
     warning = tests_patch_cmd.drift(project, runner, series, pristine, workdir / "tests-patch")
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
@@ -108,7 +104,7 @@ def export_git(project: Project, runner: Runner, workdir: Path, out: Path) -> Li
     runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project),
                cwd=repo, env=series_io.isolated_env(), capture=True)
     made = series_io.format_patches(repo, f"{base}..HEAD", workdir / "git", runner,
-                                    [*GIT_EXPORT_OPTIONS, f"--base={base}"], committer_env(project))
+                                    [*GIT_EXPORT_OPTIONS, f"--base={base}"], series_io.am_env(project))
     return copy_files(made, out)
 
 

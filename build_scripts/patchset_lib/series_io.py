@@ -91,6 +91,12 @@ def commit_env(project: Project) -> Dict[str, str]:
     }
 
 
+def am_env(project: Project) -> Dict[str, str]:
+    """For `git am` into the tool's temporary repos: the author (and date) come from each
+    patch, the committer identity and date are fixed."""
+    return {k: v for k, v in commit_env(project).items() if not k.startswith("GIT_AUTHOR")}
+
+
 def write_files(root: Path, files: Mapping[str, bytes]) -> None:
     for path, data in files.items():
         target = root / path

@@ -273,11 +273,6 @@ def split_series(series: Sequence[Path]) -> Tuple[List[Path], Optional[Path]]:
     return list(series[:-1]), tests[0]
 
 
-def committer_env(project: Project) -> Dict[str, str]:
-    """For `git am`: the author (and date) come from each patch, the committer is fixed."""
-    return {k: v for k, v in series_io.commit_env(project).items() if not k.startswith("GIT_AUTHOR")}
-
-
 def generate_tests_patch(project: Project, runner: Runner, preceding: Sequence[Path],
                          base_files: Mapping[str, bytes], our_text: str, workdir: Path) -> Path:
     """Build the tests patch in workdir (numbered after `preceding`); returns its path."""
@@ -285,7 +280,7 @@ def generate_tests_patch(project: Project, runner: Runner, preceding: Sequence[P
         raise PatchsetError(f"{TESTS_PATH} is not among the base files of patches/base.sha256")
     repo = workdir / "repo"
     series_io.make_base_repo(base_files, repo, runner)
-    series_io.am_series(repo, preceding, runner, committer_env(project))
+    series_io.am_series(repo, preceding, runner, series_io.am_env(project))
     upstream = (repo / TESTS_PATH).read_text(encoding="utf-8")
     (repo / TESTS_PATH).write_text(merge_tests(upstream, our_text), encoding="utf-8")
     env = series_io.commit_env(project)

@@ -14,11 +14,10 @@ import warnings
 import weakref
 
 import torch
-from torch._subclasses.fake_tensor import (
-    FakeTensor,
-    FakeTensorMode,
-    run_fallback_kernel,
-)
+# Two statements: tests-patch copies only import statements upstream's file lacks, and upstream
+# already imports FakeTensor and FakeTensorMode (a copy would be flake8's F811).
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import run_fallback_kernel
 from torch._subclasses.meta_utils import MetaConverter
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -167,21 +166,33 @@ class _PatchsetCycle:
 
 def _patchset_collect_inside(convert, box):
     """Drop the only reference to box's payload as cyclic garbage, then run `convert()` with
-    the collector set to fire at the first allocation, so that the payload dies while a
-    conversion is running. Returns (result of convert, log of the garbage's __del__)."""
+    the collector set to fire at the first allocation inside meta_utils.py or fake_tensor.py,
+    so that the payload dies while a conversion is running. Returns (result of convert, log of
+    the garbage's __del__)."""
     log = []
     gc.collect()
     was_enabled = gc.isenabled()
     threshold = gc.get_threshold()
     gc.disable()
+
+    # Armed from the first converter frame: armed earlier, Python < 3.11 (whose frames are
+    # allocated objects) collects while still calling into the converter, outside it.
+    def arm_in_converter(frame, event, arg):
+        if event == "call" and _patchset_conversion_on_stack():
+            sys.setprofile(None)
+            gc.set_threshold(1)
+            gc.enable()
+
     try:
         _PatchsetCycle(box.pop(), log)
-        gc.set_threshold(1)
-        gc.enable()
+        sys.setprofile(arm_in_converter)
         out = convert()
     finally:
+        sys.setprofile(None)
         gc.set_threshold(*threshold)
-        if not was_enabled:
+        if was_enabled:
+            gc.enable()
+        else:
             gc.disable()
     return out, log
 

@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES = [
     "export_cmd",
     "refresh_cmd",
     "source_build_cmd",
+    "lint_cmd",
 ]
 
 

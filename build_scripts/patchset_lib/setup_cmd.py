@@ -8,13 +8,15 @@ A second run only probes (no echo) and prints one line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from .common import PatchsetError, Project, Runner, base_pin, quiet, read_base_hashes, sha256_file
 from .source import check_pristine, ensure_source
+from .pyfind import find_python
+from .venvs import ensure_pinned_venv, venv_python
+from .venvs import installed_versions as installed_versions_in
 
 # Each entry: acceptable package names, the first being the one to install.
 APT_PACKAGES: Sequence[Sequence[str]] = (
@@ -26,6 +28,15 @@ APT_PACKAGES: Sequence[Sequence[str]] = (
     ("ca-certificates",),
 )
 PINNED_PIP: Dict[str, str] = {"pytest": "9.2.0", "expecttest": "0.3.0"}
+
+# `setup --pip`: PyPI's torch 1.13.1 (wheels for CPython 3.7-3.10 only; the default one is the
+# CUDA 11.7 build, ~3.3 GB with its nvidia-* dependencies, which runs on the CPU too). The test
+# tools are pinned to releases that still support all four Pythons; numpy<2 for torch 1.13's
+# C ABI; upstream's test_fake_tensor.py imports numpy, test_meta.py yaml.
+PIP_VENV = ".venv-pip"
+PIP_PYTHONS = ((3, 10), (3, 9), (3, 8), (3, 7))
+PIP_TORCH_PINS: Dict[str, str] = {"torch": "1.13.1", "numpy": "1.21.6", "PyYAML": "6.0.1",
+                                  "pytest": "7.4.4", "expecttest": "0.1.6"}
 
 
 # --- apt ----------------------------------------------------------------------------------
@@ -117,16 +128,7 @@ def check_venv(project: Project) -> Optional[str]:
 
 def venv_versions(project: Project, runner: Runner) -> Dict[str, Optional[str]]:
     """Installed version of each pinned package as the venv python sees it (None if absent)."""
-    code = (
-        "import importlib.metadata as m, json, sys\n"
-        "out = {}\n"
-        "for name in sys.argv[1:]:\n"
-        "    try: out[name] = m.version(name)\n"
-        "    except m.PackageNotFoundError: out[name] = None\n"
-        "print(json.dumps(out))\n"
-    )
-    proc = quiet(runner).run([project.venv_python, "-c", code, *PINNED_PIP], capture=True)
-    return json.loads(proc.stdout)
+    return installed_versions_in(runner, project.venv_python, list(PINNED_PIP))
 
 
 def ensure_venv(project: Project, runner: Runner) -> List[str]:
@@ -173,10 +175,30 @@ def ensure_setup(project: Project, runner: Runner) -> List[str]:
     return actions
 
 
+def pip_venv(project: Project) -> Path:
+    return project.root / PIP_VENV
+
+
+def ensure_pip_venv(project: Project, runner: Runner, environ: Mapping[str, str]) -> List[str]:
+    """`.venv-pip` with PyPI's torch==1.13.1, made from the first Python 3.7-3.10 found."""
+    venv = pip_venv(project)
+    if venv_python(venv).exists():
+        base = venv_python(venv)  # made before: only its pins are checked
+    else:
+        base = find_python(runner, PIP_PYTHONS, environ, f"{PIP_VENV} (pip's torch==1.13.1)")
+    return ensure_pinned_venv(runner, base, venv, PIP_TORCH_PINS, "setup --pip")
+
+
 def cmd_setup(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    if args.pip and not venv_python(pip_venv(project)).exists():
+        # Before anything else: no usable Python means nothing is installed at all.
+        find_python(runner, PIP_PYTHONS, os.environ, f"{PIP_VENV} (pip's torch==1.13.1)")
     actions = ensure_setup(project, runner)
+    if args.pip:
+        actions += [f"pip venv: {a}" for a in ensure_pip_venv(project, runner, os.environ)]
     if actions:
-        print(f"setup: done ({', '.join(actions)}); base verified, .venv ready")
+        print(f"setup: done ({', '.join(actions)}); base verified, .venv ready"
+              + (f", {PIP_VENV} ready" if args.pip else ""))
     else:
         print("setup: everything in place")
     return 0
@@ -188,4 +210,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Install apt packages, fetch the pinned Debian source package into .cache/, "
                     "verify the system torch base, and make .venv with pinned pytest/expecttest.",
     )
+    parser.add_argument("--pip", action="store_true",
+                        help=f"also make {PIP_VENV} with PyPI's torch==1.13.1 from the first Python "
+                             "3.7-3.10 found (pyenv's versions, then python3.N on PATH); ~3.3 GB")
     parser.set_defaults(func=cmd_setup)

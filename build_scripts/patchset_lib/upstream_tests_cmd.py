@@ -21,11 +21,14 @@ from .common import PatchsetError, Project, Runner
 from .install_cmd import (
     HOOK_MODULE,
     ManifestEntry,
+    check_installed_hashes,
     check_overlay,
     check_project_venv,
+    hook_source,
     probe_python,
     read_manifest,
 )
+from .source import ensure_pristine
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed")
 SIDES = ("unpatched", "patched")
@@ -162,6 +165,41 @@ def expected_files(side: str, overlay: Path, torch_dir: Path,
     return files
 
 
+# --- the two sides -----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One side of the comparison: which interpreter, how it is told which torch to load, and
+    which file each overlaid module must then come from."""
+
+    name: str  # "unpatched" | "patched"
+    python: Path
+    env: Mapping[str, str]
+    plugins: Tuple[str, ...]
+    expected: Mapping[str, Path]
+
+
+def venv_sides(project: Project, torch_dir: Path, entries: Sequence[ManifestEntry]) -> List[Side]:
+    """The project .venv, with its import hook on (patched) and off (unpatched)."""
+    return [Side(name, project.venv_python, {"PATCHSET_OVERLAY": "1" if name == "patched" else "0"}, (),
+                 expected_files(name, project.overlay, torch_dir, entries)) for name in SIDES]
+
+
+def installed_sides(project: Project, python: Path, torch_dir: Path, entries: Sequence[ManifestEntry],
+                    workdir: Path) -> List[Side]:
+    """A venv whose torch files `install --python` replaced: patched as it is; unpatched with
+    the import hook, loaded as a pytest plugin, pointed at the pristine base files instead."""
+    (workdir / f"{HOOK_MODULE}.py").write_text(
+        hook_source(project.pristine.resolve(), [e.module for e in entries]))
+    torch_files = {"torch": torch_dir / "__init__.py"}
+    return [
+        Side("unpatched", python, {"PATCHSET_OVERLAY": "1"}, (HOOK_MODULE,),
+             {**torch_files, **{e.module: project.pristine / e.path for e in entries}}),
+        Side("patched", python, {"PATCHSET_OVERLAY": "0"}, (),
+             {**torch_files, **{e.module: torch_dir.parent / e.path for e in entries}}),
+    ]
+
+
 # --- running -----------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -171,26 +209,27 @@ class SideResult:
     log: Path
 
 
-def run_side(project: Project, runner: Runner, checkout: Path, selection: Selection, side: str,
-             modules: Sequence[str], workdir: Path) -> SideResult:
-    stem = Path(selection.path.split("::", 1)[0]).stem
-    junit, loaded_file = workdir / f"{stem}-{side}.xml", workdir / f"{stem}-{side}.loaded.json"
-    log = project.cache / "upstream-tests" / f"{stem}-{side}.log"
+def run_side(project: Project, runner: Runner, checkout: Path, selection: Selection, side: Side,
+             workdir: Path, tag: str = "") -> SideResult:
+    stem = Path(selection.path.split("::", 1)[0]).stem + tag
+    junit, loaded_file = workdir / f"{stem}-{side.name}.xml", workdir / f"{stem}-{side.name}.loaded.json"
+    log = project.cache / "upstream-tests" / f"{stem}-{side.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {
-        "PATCHSET_OVERLAY": "1" if side == "patched" else "0",
+        **side.env,
         "PYTHONDONTWRITEBYTECODE": "1",  # never drop .pyc files next to the system torch
-        "PYTHONPATH": str(workdir),  # only the plugin; a user PYTHONPATH could shadow torch
-        "PATCHSET_LOADCHECK_MODULES": ",".join(modules),
+        "PYTHONPATH": str(workdir),  # only the plugins; a user PYTHONPATH could shadow torch
+        "PATCHSET_LOADCHECK_MODULES": ",".join(side.expected),
         "PATCHSET_LOADCHECK_OUT": str(loaded_file),
     }
-    argv = [project.venv_python, "-m", "pytest", "-p", "no:cacheprovider", "-p", LOADCHECK_PLUGIN,
+    plugins = [arg for name in (*side.plugins, LOADCHECK_PLUGIN) for arg in ("-p", name)]
+    argv = [side.python, "-m", "pytest", "-p", "no:cacheprovider", *plugins,
             f"--junitxml={junit}", selection.target(), *selection.pytest_args]
     # cwd is <checkout>/test: from the checkout root its torch/ sources would shadow torch.
     proc = runner.run(argv, cwd=checkout / "test", env=env, capture=True, check=False)
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode in BROKEN_EXIT_CODES or not junit.is_file():
-        raise PatchsetError(f"pytest on {selection.label} ({side}) broke with exit {proc.returncode}; see {log}")
+        raise PatchsetError(f"pytest on {selection.label} ({side.name}) broke with exit {proc.returncode}; see {log}")
     loaded = json.loads(loaded_file.read_text()) if loaded_file.is_file() else {}
     return SideResult(parse_junit(junit), loaded, log)
 
@@ -200,51 +239,72 @@ def _summary_line(log: Path) -> str:
     return lines[-1] if lines else "(no summary)"
 
 
+def checked_torch_dir(project: Project, runner: Runner, python: Path,
+                      entries: Sequence[ManifestEntry]) -> Path:
+    """torch/ of `python`, refusing what cannot give a patched side (see the two kinds of sides)."""
+    info = probe_python(runner, python)
+    if info.torch_dir is None:
+        raise PatchsetError(f"{python} cannot find torch")
+    if python == project.venv_python:
+        error = check_hook_installed(info.purelib)
+    else:
+        error = check_installed_hashes(info.torch_dir.parent, entries)
+        if error is not None:
+            error += f": run ./build_scripts/patchset install --python {python} first"
+    if error is not None:
+        raise PatchsetError(error)
+    return info.torch_dir
+
+
 def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
-                       selections: Sequence[Selection] = DEFAULT_SELECTIONS) -> int:
-    """Run `selections` on both sides, print the tables; 1 iff a patched regression exists."""
+                       selections: Sequence[Selection] = DEFAULT_SELECTIONS,
+                       python: Optional[Path] = None) -> int:
+    """Run `selections` on both sides, print the tables; 1 iff a patched regression exists.
+
+    `python`: a venv where `install --python` replaced the torch files (default: the project .venv)."""
     checkout = Path(checkout)
     for error in (check_project_venv(project), check_checkout(checkout, selections)):
         if error is not None:
             raise PatchsetError(error)
     entries = read_manifest(project)
     error = check_overlay(project, entries)
-    info = probe_python(runner, project.venv_python)
-    error = error or check_hook_installed(info.purelib)
-    if error is None and info.torch_dir is None:
-        error = f"{project.venv_python} cannot find torch"
     if error is not None:
         raise PatchsetError(error)
-    assert info.torch_dir is not None
+    torch_dir = checked_torch_dir(project, runner, python or project.venv_python, entries)
     print(f"overlay:  {project.overlay}")
     print(f"checkout: {checkout}")
-    print(f"torch:    {info.torch_dir} (unpatched side: PATCHSET_OVERLAY=0)")
     all_regressions: List[str] = []
     with tempfile.TemporaryDirectory(prefix="patchset-upstream-") as tmp:
         workdir = Path(tmp)
         (workdir / f"{LOADCHECK_PLUGIN}.py").write_text(LOADCHECK_SOURCE)
+        if python is None:
+            print(f"torch:    {torch_dir} (unpatched side: PATCHSET_OVERLAY=0)")
+            sides, tag = venv_sides(project, torch_dir, entries), ""
+        else:
+            ensure_pristine(project, runner)
+            print(f"torch:    {torch_dir} (patched by install --python; unpatched side: the "
+                  f"pristine base files of {project.pristine} through an import hook)")
+            sides, tag = installed_sides(project, python, torch_dir, entries, workdir), "-python"
         for selection in selections:
-            all_regressions += compare_selection(project, runner, checkout, selection, entries,
-                                                 info.torch_dir, workdir)
+            all_regressions += compare_selection(project, runner, checkout, selection, sides, workdir, tag)
     return 1 if all_regressions else 0
 
 
 def compare_selection(project: Project, runner: Runner, checkout: Path, selection: Selection,
-                      entries: Sequence[ManifestEntry], torch_dir: Path, workdir: Path) -> List[str]:
+                      sides: Sequence[Side], workdir: Path, tag: str = "") -> List[str]:
     """Run one selection on both sides, print its table and lists; return its regressions."""
     results: Dict[str, SideResult] = {}
-    for side in SIDES:
-        expected = expected_files(side, project.overlay, torch_dir, entries)
-        result = run_side(project, runner, checkout, selection, side, list(expected), workdir)
-        error = check_loaded(side, result.loaded, expected)
+    for side in sides:
+        result = run_side(project, runner, checkout, selection, side, workdir, tag)
+        error = check_loaded(side.name, result.loaded, side.expected)
         if error is not None:
             raise PatchsetError(f"{selection.label}: {error}")
-        results[side] = result
+        results[side.name] = result
     unpatched, patched = results["unpatched"].outcomes, results["patched"].outcomes
     print()
     print(format_table(selection.label, unpatched, patched))
-    for side in SIDES:
-        print(f"  {side}: {_summary_line(results[side].log)}  (log: {results[side].log})")
+    for name in SIDES:
+        print(f"  {name}: {_summary_line(results[name].log)}  (log: {results[name].log})")
     if not unpatched and not patched:
         print("  warning: no test ran on either side (check the file and -k selection)")
     bad, fixed = regressions(unpatched, patched), fixed_by_series(unpatched, patched)
@@ -263,7 +323,14 @@ def cmd_upstream_tests(project: Project, runner: Runner, args: argparse.Namespac
         selections: Sequence[Selection] = [parse_selection(f, args.keyword) for f in args.files]
     else:
         selections = DEFAULT_SELECTIONS
-    return run_upstream_tests(project, runner, checkout, selections)
+    python = None
+    if args.python is not None:
+        python = Path(os.path.abspath(os.path.expanduser(args.python)))  # venv pythons are symlinks
+        if not python.exists():
+            raise PatchsetError(f"no interpreter at {python}")
+        if python == Path(os.path.abspath(project.venv_python)):
+            python = None
+    return run_upstream_tests(project, runner, checkout, selections, python)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -278,4 +345,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: test/test_fake_tensor.py and test/test_meta.py -k TestMetaConverter)",
     )
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression for --files")
+    parser.add_argument(
+        "--python", metavar="PATH",
+        help="interpreter of a venv with pip's torch==1.13.1 after `install --python PATH` (e.g. "
+        ".venv-pip/bin/python): patched as installed, unpatched through an import hook onto the "
+        "pristine base files (default: the project .venv with and without its hook)",
+    )
     parser.set_defaults(func=cmd_upstream_tests)

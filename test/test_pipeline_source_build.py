@@ -1,15 +1,18 @@
-"""`patchset source-build`: preflight checks on fake inputs, the dry-run plan, the CLI exits.
+"""`patchset source-build`: preflight checks on fake inputs, the dry-run plan, the build-fix
+series, the ninja progress, and `--smoke` for real.
 
-No build runs here (it takes hours); the checks get fake trees, fake PATHs with fake tools,
-and fake numbers.
+The full build takes hours and is not run here; the checks get fake PATHs with fake tools and
+fake numbers. `source-build --smoke` runs for real: it configures the Debian tree with both
+series and compiles its sample of translation units (about ten minutes on 2 cores).
 """
-import argparse
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -18,8 +21,29 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
 
+from patchset_lib import build_inputs  # noqa: E402
+from patchset_lib import build_tree as bt  # noqa: E402
 from patchset_lib import source_build_cmd as sb  # noqa: E402
-from patchset_lib.common import PatchsetError, Project, Runner  # noqa: E402
+from patchset_lib.apply_cmd import touched_paths  # noqa: E402
+from patchset_lib.common import Project, Runner, find_project, read_base_hashes  # noqa: E402
+
+REAL = find_project(REPO / "build_scripts")
+
+
+def lint_touched(patches):
+    return touched_paths(Runner(echo=False), patches)
+
+
+@pytest.fixture(scope="module")
+def base_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pristine files the build fixes touch, from the verified orig tarball."""
+    from patchset_lib.source import ensure_tarball  # noqa: E402
+    tarball = ensure_tarball(REAL, Runner(log_file=REAL.log_file, echo=False))
+    out = tmp_path_factory.mktemp("pristine")
+    paths = ["cmake/Dependencies.cmake", "torch/csrc/Exceptions.cpp", "torch/_jit_internal.py"]
+    subprocess.run(["tar", "-xJf", str(tarball), "-C", str(out), "--strip-components=1",
+                    *[f"pytorch-1.13.1/{p}" for p in paths]], check=True)
+    return out
 
 GB = 2**30
 PRISTINE = {
@@ -63,12 +87,6 @@ def debian_tree(root: Path, patched: bool = True) -> Path:
     return root
 
 
-def full_tree(root: Path) -> Path:
-    debian_tree(root)
-    write(root, {marker: b"" for marker in sb.THIRD_PARTY_MARKERS})
-    return root
-
-
 def fake_tool(bin_dir: Path, name: str, output: str) -> None:
     bin_dir.mkdir(parents=True, exist_ok=True)
     tool = bin_dir / name
@@ -82,34 +100,6 @@ def runner() -> Runner:
 
 
 # ---- checks on fake inputs ---------------------------------------------------------------------
-
-
-def test_debian_tree_lacks_third_party_clearly(tmp_path: Path) -> None:
-    error = sb.check_third_party(debian_tree(tmp_path / "pytorch-1.13.1"))
-    assert error is not None
-    assert f"{len(sb.THIRD_PARTY_MARKERS)} of {len(sb.THIRD_PARTY_MARKERS)} missing" in error
-    assert "third_party/pybind11/include/pybind11/pybind11.h" in error
-    assert "+dfsg" in error
-    assert "git clone of pytorch/pytorch at tag v1.13.1" in error
-    assert "git submodule update --init --recursive" in error
-    assert "://" not in error and "github" not in error.lower()
-
-
-def test_full_tree_passes_and_one_missing_marker_is_named(tmp_path: Path) -> None:
-    tree = full_tree(tmp_path / "src")
-    assert sb.check_third_party(tree) is None
-    assert sb.check_checkout_tree(tree) is None
-    (tree / "third_party/sleef/CMakeLists.txt").unlink()
-    error = sb.check_third_party(tree)
-    assert error is not None and "1 of" in error and "third_party/sleef/CMakeLists.txt" in error
-
-
-def test_checkout_tree_and_patched_checks(tmp_path: Path) -> None:
-    assert "not a PyTorch source tree" in (sb.check_checkout_tree(tmp_path / "nothing") or "")
-    hashes = {p: sha(d) for p, d in PRISTINE.items()}
-    pristine = debian_tree(tmp_path / "pristine", patched=False)
-    assert "not patched" in (sb.check_patched(pristine, hashes) or "")
-    assert sb.check_patched(debian_tree(tmp_path / "patched"), hashes) is None
 
 
 def test_missing_cmake_on_path(runner: Runner, tmp_path: Path) -> None:
@@ -180,31 +170,65 @@ def test_run_preflight_reports_every_check(capsys: pytest.CaptureFixture) -> Non
 # ---- plan and CLI ------------------------------------------------------------------------------
 
 
+def run_cli(project: Project, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(project.root / "build_scripts/patchset"), "-q", *args],
+                          capture_output=True, text=True, env={**os.environ, "PATH": os.environ["PATH"]})
+
+
+
+
 def test_plan_is_exact(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj")
     checkout = tmp_path / "src"
     plan = sb.make_plan(project, checkout, cores=2, total_bytes=24 * GB)
-    assert plan.env == {**sb.BUILD_ENV, "MAX_JOBS": "2"}
+    assert plan.env == {**sb.BUILD_ENV, **sb.SYSTEM_LIBS_ENV, "MAX_JOBS": "2",
+                        "PYTORCH_BUILD_VERSION": "1.13.1", "PYTORCH_BUILD_NUMBER": "0"}
     for key in ("USE_CUDA", "BUILD_TEST", "USE_DISTRIBUTED", "USE_MKLDNN", "USE_FBGEMM", "USE_NNPACK",
-                "USE_QNNPACK", "USE_XNNPACK"):
+                "USE_QNNPACK", "USE_XNNPACK", "USE_GLOO", "USE_TENSORPIPE", "USE_MPI"):
         assert plan.env[key] == "0"
+    assert plan.env["USE_SYSTEM_LIBS"] == "1" and plan.env["BLAS"] == "Generic"
     venv_python = str(project.root / ".venv-source-build/bin/python")
+    tree = project.root / ".cache/source-build/pytorch-1.13.1"
+    ninja = ("ninja", "-C", str(tree / "build"), "-j", "2")
+    assert plan.tree == tree
     assert [s.argv for s in plan.steps] == [
         ("/usr/bin/python3.11", "-m", "venv", str(project.root / ".venv-source-build")),
         (venv_python, "-m", "pip", "install", *sb.PIP_PACKAGES),
+        (venv_python, "setup.py", "build", "--cmake-only"),
+        ninja,
         (venv_python, "setup.py", "develop"),
         (venv_python, "-m", "pytest", "test_fake_tensor.py", "-q"),
         (venv_python, "-m", "pytest", "test_meta.py", "-k", "TestMetaConverter", "-q"),
     ]
-    assert [s.cwd for s in plan.steps] == [project.root, project.root, checkout,
-                                           checkout / "test", checkout / "test"]
-    assert plan.steps[2].env == plan.env and not plan.steps[3].env
+    assert [s.cwd for s in plan.steps] == [project.root, project.root, tree, tree, tree,
+                                           tree / "test", tree / "test"]
+    assert [s.ninja for s in plan.steps] == [False, False, False, True, False, False, False]
+    assert all(s.env == plan.env for s in plan.steps[2:5]) and not plan.steps[5].env
     assert plan.log == project.root / ".cache/source-build.log"
+    smoke = sb.make_plan(project, checkout, cores=2, total_bytes=24 * GB, smoke=True)
+    assert [s.argv for s in smoke.steps][:3] == [s.argv for s in plan.steps][:3]
+    assert smoke.steps[3].argv == (*ninja, *[t for _, t in sb.SMOKE_SAMPLE]) and len(smoke.steps) == 4
 
 
-def run_cli(project: Project, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(project.root / "build_scripts/patchset"), "-q", *args],
-                          capture_output=True, text=True, env={**os.environ, "PATH": os.environ["PATH"]})
+def test_smoke_sample_covers_every_part_of_libtorch() -> None:
+    groups = {group.split(",")[0].split(" (")[0] for group, _ in sb.SMOKE_SAMPLE}
+    assert groups == {"c10", "ATen core", "ATen native", "ATen native kernel", "generated registrations",
+                      "torch/csrc", "torch_python"}
+    isas = {target.split(".cpp.", 1)[1] for _, target in sb.SMOKE_SAMPLE if ".cpp.AVX" in target
+            or ".cpp.DEFAULT" in target}
+    assert isas == {"DEFAULT.cpp.o", "AVX2.cpp.o", "AVX512.cpp.o"}
+    assert any(t.endswith("torch_python.dir/csrc/Exceptions.cpp.o") for _, t in sb.SMOKE_SAMPLE)
+
+
+def test_resume_skips_the_venv_and_the_configure_step(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj")
+    plan = sb.make_plan(project, tmp_path / "src", cores=2, total_bytes=24 * GB)
+    assert sb.steps_to_run(plan) == plan.steps
+    (plan.venv / "bin").mkdir(parents=True)
+    (plan.venv / "bin/python").write_text("")
+    (plan.tree / "build").mkdir(parents=True)
+    (plan.tree / "build/build.ninja").write_text("")
+    assert [s.title for s in sb.steps_to_run(plan)] == [s.title for s in plan.steps[1:] if "--cmake-only" not in s.argv]
 
 
 def test_dry_run_prints_plan_and_creates_nothing(tmp_path: Path) -> None:
@@ -214,36 +238,116 @@ def test_dry_run_prints_plan_and_creates_nothing(tmp_path: Path) -> None:
     proc = run_cli(project, "source-build", "--dry-run", "--checkout", str(checkout))
     assert proc.returncode == 0, proc.stderr
     jobs = sb.max_jobs(os.cpu_count() or 1, sb.mem_total_bytes(Path("/proc/meminfo").read_text()))
-    env = " ".join(f"{k}={v}" for k, v in sb.BUILD_ENV.items()) + f" MAX_JOBS={jobs}"
-    assert f"build env: {env}\n" in proc.stdout
-    assert f"(cd {checkout} && {env} {project.root}/.venv-source-build/bin/python setup.py develop)" in proc.stdout
+    env = " ".join(f"{k}={v}" for k, v in sb.build_env(os.cpu_count() or 1,
+                                                         sb.mem_total_bytes(Path("/proc/meminfo").read_text())).items())
+    tree = project.root / ".cache/source-build/pytorch-1.13.1"
+    assert f"build env: {env}\n" in proc.stdout and f"MAX_JOBS={jobs}" in env
+    assert f"(cd {tree} && {env} {project.root}/.venv-source-build/bin/python setup.py develop)" in proc.stdout
+    assert f"(cd {tree} && {env} ninja -C {tree}/build -j {jobs})" in proc.stdout
     assert f"log:      {project.root}/.cache/source-build.log" in proc.stdout
-    assert f"(cd {checkout}/test && " in proc.stdout
-    assert proc.stdout.count("\n[") == 5
+    assert proc.stdout.count("\n[") == 7
     after = sorted(p for p in tmp_path.rglob("*") if "__pycache__" not in str(p))
     assert after == before
 
 
-def test_preflight_on_debian_tree_fails_naming_third_party(tmp_path: Path) -> None:
+def test_preflight_only_checks_and_names_each_check(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj")
-    checkout = debian_tree(tmp_path / "pytorch-1.13.1")
-    proc = run_cli(project, "source-build", "--preflight", "--checkout", str(checkout))
+    proc = run_cli(project, "source-build", "--preflight", "--checkout", str(tmp_path / "nothing"))
     assert proc.returncode == 1
-    assert "FAIL  vendored third_party sources:" in proc.stdout
-    assert "git submodule update --init --recursive" in proc.stdout
-    assert "  ok    checkout is a source tree" in proc.stdout
-    assert "  ok    checkout is patched" in proc.stdout
-    for name in ("gcc/g++", "cmake", "ninja", "python", "Python headers", "disk space", "memory"):
+    assert "FAIL  checkout is a source tree:" in proc.stdout
+    for name in ("Debian build packages", "gcc/g++", "cmake", "ninja", "python", "Python headers",
+                 "disk space", "memory"):
         assert f"  {name}" in proc.stdout.replace("ok    ", "").replace("FAIL  ", "")
     assert "preflight failed" in proc.stderr and "nothing was built" in proc.stderr
     assert not (project.root / ".venv-source-build").exists()
+    assert not (project.root / ".cache/source-build").exists()
 
 
-def test_build_refuses_when_preflight_fails(tmp_path: Path, runner: Runner) -> None:
-    project = make_project(tmp_path / "proj")
-    checkout = debian_tree(tmp_path / "src")
-    args = argparse.Namespace(checkout=str(checkout), dry_run=False, preflight=False)
-    with pytest.raises(PatchsetError, match="preflight failed"):
-        sb.cmd_source_build(project, runner, args)
-    assert not (project.root / ".venv-source-build").exists()
-    assert not (project.root / ".cache/source-build.log").exists()
+# ---- build inputs ------------------------------------------------------------------------------
+
+
+def test_retarget_suites_keeps_only_the_release_suite() -> None:
+    stanzas = ["Types: deb-src\nURIs: http://mirror.invalid/debian\nSuites: bookworm bookworm-updates\n"
+               "Components: main\n",
+               "Types: deb-src\nURIs: http://mirror.invalid/debian-security\nSuites: bookworm-security\n"
+               "Components: main\n"]
+    lines = ["deb-src http://mirror.invalid/debian bookworm main contrib",
+             "deb-src [signed-by=/k.gpg arch=amd64] http://mirror.invalid/debian bookworm main",
+             "deb-src http://mirror.invalid/debian bookworm-updates main"]
+    out_stanzas, out_lines = build_inputs.retarget_suites(stanzas, lines, "trixie")
+    assert out_stanzas == ["Types: deb-src\nURIs: http://mirror.invalid/debian\nSuites: trixie\n"
+                           "Components: main\n"]
+    assert out_lines == ["deb-src http://mirror.invalid/debian trixie main contrib",
+                         "deb-src [signed-by=/k.gpg arch=amd64] http://mirror.invalid/debian trixie main"]
+
+
+def test_build_fix_series_applies_to_the_pristine_tree_and_says_why(base_checkout: Path) -> None:
+    fixes = build_inputs.build_fix_series(REAL)
+    assert len(fixes) == 5
+    for patch in fixes:
+        message = patch.read_text().split("\n\n", 1)[1]
+        assert message.startswith("Why: "), patch.name
+        assert "not part of the fake-tensor series" in " ".join(message.split()), patch.name
+        proc = subprocess.run(["git", "apply", "--check", str(patch)], cwd=base_checkout,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, (patch.name, proc.stderr)
+    touched = set(lint_touched(fixes))
+    assert not touched & set(read_base_hashes(REAL)), "build fixes must not touch the series' files"
+
+
+def test_python_311_build_fix_gives_the_debian_binarys_jit_internal(tmp_path: Path, base_checkout: Path) -> None:
+    installed = Path("/usr/lib/python3/dist-packages/torch/_jit_internal.py")
+    work = tmp_path / "t"
+    (work / "torch").mkdir(parents=True)
+    shutil.copyfile(base_checkout / "torch/_jit_internal.py", work / "torch/_jit_internal.py")
+    assert sha(installed.read_bytes()) != sha((work / "torch/_jit_internal.py").read_bytes())
+    patch = next(p for p in build_inputs.build_fix_series(REAL) if "+++ b/torch/_jit_internal.py" in p.read_text())
+    subprocess.run(["git", "apply", str(patch)], cwd=work, check=True, env={**os.environ,
+                   "GIT_CEILING_DIRECTORIES": str(tmp_path)})
+    assert sha((work / "torch/_jit_internal.py").read_bytes()) == sha(installed.read_bytes())
+
+
+def test_fetch_pin_names_two_headers_and_no_host() -> None:
+    pin = build_inputs.fetch_pin(REAL)
+    assert pin["suite"] == "trixie" and len(pin["sha256"]) == 64
+    assert sorted(pin["files"].values()) == ["third_party/kineto/libkineto/include/ActivityType.h",
+                                             "third_party/pocketfft/pocketfft_hdronly.h"]
+    assert "://" not in (REAL.patches / "build-fixes/fetch.json").read_text()
+
+
+# ---- ninja progress ----------------------------------------------------------------------------
+
+
+def test_eta_from_the_rate_so_far() -> None:
+    assert bt.eta_text(0, 100, 5.0) == "ETA ?"
+    assert bt.eta_text(10, 100, 60.0) == "ETA 9m00s"
+    assert bt.eta_text(1, 1253, 17.0) == "ETA 5h54m"
+    assert bt.eta_text(100, 100, 60.0) == "ETA 0m"
+
+
+def test_stream_ninja_adds_the_eta_to_progress_lines() -> None:
+    class FakeProc:
+        stdout = io.StringIO("[1/4] Building CXX object a.o\nwarning: x\n[2/4] Building CXX object b.o\n")
+
+    log, out = io.StringIO(), io.StringIO()
+    bt.stream_ninja(FakeProc(), log, out, time.monotonic() - 10)  # type: ignore[arg-type]
+    assert log.getvalue() == FakeProc.stdout.getvalue()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[1/4] Building CXX object a.o  (ETA 0m3")
+    assert lines[1] == "warning: x"
+    assert lines[2].startswith("[2/4] Building CXX object b.o  (ETA 0m1")
+
+
+# ---- the smoke build, for real -----------------------------------------------------------------
+
+
+def test_smoke_build_configures_and_compiles_its_sample() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "build_scripts/patchset"), "-q", "source-build", "--smoke"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    report = proc.stdout.split("smoke sample compiled in", 1)[1]
+    assert report.count("\n  ok ") == len(sb.SMOKE_SAMPLE)
+    assert "MISSING" not in report
+    build = bt.tree_dir(REAL) / "build"
+    for _, target in sb.SMOKE_SAMPLE:
+        assert (build / target).stat().st_size > 0, target

@@ -157,6 +157,10 @@ class Runner:
             with open(self.log_file, "a") as log:
                 log.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
 
+    def log_only(self, argv: Sequence[str], cwd: Optional[Path] = None) -> None:
+        """Log a command the caller runs itself (e.g. to stream its output as it comes)."""
+        self._log(argv, cwd)
+
     def run(
         self,
         argv: Sequence[str],

@@ -55,10 +55,10 @@ def installed_versions(runner: Runner, names: Sequence[str]) -> Dict[str, str]:
     return found
 
 
-def missing_apt_packages(runner: Runner) -> List[str]:
-    wanted = [name for group in APT_PACKAGES for name in group]
+def missing_apt_packages(runner: Runner, groups: Sequence[Sequence[str]] = APT_PACKAGES) -> List[str]:
+    wanted = [name for group in groups for name in group]
     present = installed_versions(runner, wanted)
-    return [group[0] for group in APT_PACKAGES if not any(name in present for name in group)]
+    return [group[0] for group in groups if not any(name in present for name in group)]
 
 
 def install_apt_packages(runner: Runner, packages: Sequence[str]) -> None:

@@ -86,7 +86,11 @@ def apt_state_dir(project: Project) -> Path:
 
 def apt_options(project: Project) -> List[str]:
     """apt-get options that confine every read and write to our private apt state."""
-    state = apt_state_dir(project)
+    return apt_options_in(apt_state_dir(project))
+
+
+def apt_options_in(state: Path) -> List[str]:
+    """apt-get options that confine every read and write to the private apt state `state`."""
     return [
         "-o", f"Dir::Etc::SourceList={state / 'empty.list'}",
         "-o", f"Dir::Etc::SourceParts={state / 'sources.list.d'}",
@@ -100,8 +104,12 @@ def apt_options(project: Project) -> List[str]:
 
 def write_apt_state(project: Project) -> bool:
     """Write the private deb-src configuration; True when it changed (lists need updating)."""
-    state = apt_state_dir(project)
     stanzas, lines = derive_deb_src(SYSTEM_SOURCE_LIST, SYSTEM_SOURCE_PARTS)
+    return write_apt_state_in(apt_state_dir(project), stanzas, lines)
+
+
+def write_apt_state_in(state: Path, stanzas: List[str], lines: List[str]) -> bool:
+    """Write deb-src `stanzas`/`lines` as the private apt state `state`; True when it changed."""
     if not stanzas and not lines:
         raise PatchsetError(
             f"no `deb` entries in {SYSTEM_SOURCE_LIST} or {SYSTEM_SOURCE_PARTS}/ to derive deb-src from"
@@ -121,10 +129,14 @@ def write_apt_state(project: Project) -> bool:
     return changed
 
 
-def has_source_lists(project: Project) -> bool:
-    lists = apt_state_dir(project) / "lists"
+def has_lists_in(state: Path) -> bool:
+    lists = state / "lists"
     return lists.is_dir() and any(p.name.endswith(("Sources", "Sources.lz4", "Sources.xz", "Sources.gz"))
                                   for p in lists.iterdir())
+
+
+def has_source_lists(project: Project) -> bool:
+    return has_lists_in(apt_state_dir(project))
 
 
 # --- the orig tarball ---------------------------------------------------------------------
@@ -133,12 +145,12 @@ def tarball_path(project: Project) -> Path:
     return project.source_cache / base_pin(project)["orig_tarball"]
 
 
-def check_tarball(path: Path, expected_sha256: str) -> Optional[str]:
+def check_tarball(path: Path, expected_sha256: str, pinned_in: str = "patches/base.json") -> Optional[str]:
     if not path.is_file():
         return f"{path.name} is not downloaded"
     actual = sha256_file(path)
     if actual != expected_sha256:
-        return f"{path} has sha256 {actual}, expected {expected_sha256} (patches/base.json)"
+        return f"{path} has sha256 {actual}, expected {expected_sha256} ({pinned_in})"
     return None
 
 

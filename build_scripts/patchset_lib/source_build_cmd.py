@@ -1,16 +1,14 @@
-"""`patchset source-build [--checkout DIR] [--dry-run] [--preflight]`: build the patched checkout.
+"""`patchset source-build [--checkout DIR] [--smoke] [--dry-run] [--preflight]`: build torch from
+Debian's +dfsg source tree with both series applied.
 
-A real CPU-only build of PyTorch from the patched checkout (`python setup.py develop`) into its
-own venv `.venv-source-build` (no system site-packages: Debian's torch must not shadow the
-build), then upstream's tests against it from `<checkout>/test`; with the tests patch applied,
-`test_fake_tensor.py` runs ours too. Output goes to the terminal and `.cache/source-build.log`.
-
-It needs a full source tree: Debian's +dfsg orig tarball (the default checkout) strips the
-vendored third_party sources (pybind11, fmt, sleef, ...), so preflight fails on it by design.
-What works is a git clone of pytorch/pytorch at tag v1.13.1 with
-`git submodule update --init --recursive`, patched with `git am` of `patchset export --format git`.
-Expect hours on 2 cores and 20+ GB of disk; `--preflight` checks what can be checked up front,
-`--dry-run` prints the exact plan.
+The checkout (default: the cached Debian tree) is copied into .cache/source-build/, where the
+fake-tensor series and the build-fix series (patches/build-fixes/) are applied and two headers
+from Debian's later packaging are placed (build_inputs); it is configured against Debian's system
+libraries (USE_SYSTEM_LIBS=1, CPU only) with the venv `.venv-source-build` (no system
+site-packages: Debian's torch must not shadow the build), then built with ninja, showing its
+[N/M] progress with an ETA; a rerun resumes. The full build ends with `setup.py develop` and
+upstream's tests against the built torch; `--smoke` compiles a fixed sample of translation units
+of every part instead (what CI can afford). Output goes to the terminal and .cache/source-build.log.
 """
 from __future__ import annotations
 
@@ -20,16 +18,23 @@ import os
 import re
 import shlex
 import shutil
+import sys
+import time
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .common import PatchsetError, Project, Runner, base_pin, read_base_hashes, sha256_file
+from .build_inputs import BUILD_APT_PACKAGES
+from .build_tree import BUILD_DIR, SMOKE_SAMPLE, SYSTEM_LIBS_ENV, prepare_tree, run_ninja, tree_dir
+from .common import PatchsetError, Project, Runner, base_pin
+from .setup_cmd import install_apt_packages, missing_apt_packages
 
 VENV_DIR = ".venv-source-build"
 LOG_NAME = "source-build.log"
 MIN_CMAKE = (3, 13)  # cmake_minimum_required of v1.13.1's CMakeLists.txt and setup_helpers
 MIN_GCC = (7, 0)     # C++14; v1.13.1's CMakeLists.txt special-cases GCC < 7 with extra flags
 MIN_DISK_GB = 30
+SMOKE_DISK_GB = 5
+TORCH_VERSION = "1.13.1"
 MIN_RAM_GB = 8
 RAM_GB_PER_JOB = 4   # a C++ compile of ATen peaks near 2-4 GB
 
@@ -46,26 +51,6 @@ BUILD_ENV: Mapping[str, str] = {
     "USE_KINETO": "0",
     "USE_ITT": "0",
 }
-
-# A file of each vendored source the CPU build above compiles or includes.
-THIRD_PARTY_MARKERS: Sequence[str] = (
-    "third_party/pybind11/include/pybind11/pybind11.h",
-    "third_party/fmt/CMakeLists.txt",
-    "third_party/sleef/CMakeLists.txt",
-    "third_party/cpuinfo/CMakeLists.txt",
-    "third_party/pthreadpool/CMakeLists.txt",
-    "third_party/FP16/include/fp16.h",
-    "third_party/FXdiv/include/fxdiv.h",
-    "third_party/psimd/include/psimd.h",
-    "third_party/onnx/CMakeLists.txt",
-    "third_party/foxi/CMakeLists.txt",
-    "third_party/protobuf/cmake/CMakeLists.txt",
-    "third_party/flatbuffers/include/flatbuffers/flatbuffers.h",
-    "third_party/eigen/Eigen/Core",
-    "third_party/pocketfft/pocketfft_hdronly.h",
-)
-GOOD_CHECKOUT = ("a git clone of pytorch/pytorch at tag v1.13.1 with "
-                 "`git submodule update --init --recursive`")
 
 # Build requirements of v1.13.1 (its requirements.txt), pinned where newer releases break it:
 # numpy 2 changed the C ABI, setuptools 70+ dropped what `setup.py develop` of 2022 expects.
@@ -87,26 +72,6 @@ def check_checkout_tree(checkout: Path) -> Optional[str]:
                if not (checkout / name).exists()]
     if missing:
         return f"{checkout} is not a PyTorch source tree (no {', '.join(missing)})"
-    return None
-
-
-def check_third_party(checkout: Path) -> Optional[str]:
-    missing = [m for m in THIRD_PARTY_MARKERS if not (checkout / m).is_file()]
-    if not missing:
-        return None
-    return (
-        f"{checkout} lacks the vendored third_party sources a build compiles "
-        f"({len(missing)} of {len(THIRD_PARTY_MARKERS)} missing, e.g. {', '.join(missing[:4])}). "
-        "Debian's +dfsg source tree strips them; build from " + GOOD_CHECKOUT
-        + " instead, patched with `git am` of `patchset export --format git`"
-    )
-
-
-def check_patched(checkout: Path, base_hashes: Mapping[str, str]) -> Optional[str]:
-    pristine = [path for path, digest in base_hashes.items()
-                if (checkout / path).is_file() and sha256_file(checkout / path) == digest]
-    if len(pristine) == len(base_hashes):
-        return f"{checkout} is not patched (all base files pristine); apply the series first"
     return None
 
 
@@ -195,11 +160,13 @@ class Step:
     argv: Tuple[str, ...]
     cwd: Path
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    ninja: bool = False  # streamed with the ETA of ninja's [N/M] lines
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     checkout: Path
+    tree: Path
     python: Path
     venv: Path
     log: Path
@@ -208,31 +175,43 @@ class Plan:
 
 
 def build_env(cores: int, total_bytes: int) -> Dict[str, str]:
-    return {**BUILD_ENV, "MAX_JOBS": str(max_jobs(cores, total_bytes))}
+    return {**BUILD_ENV, **SYSTEM_LIBS_ENV, "MAX_JOBS": str(max_jobs(cores, total_bytes)),
+            "PYTORCH_BUILD_VERSION": TORCH_VERSION, "PYTORCH_BUILD_NUMBER": "0"}
 
 
-def make_plan(project: Project, checkout: Path, cores: int, total_bytes: int) -> Plan:
+def make_plan(project: Project, checkout: Path, cores: int, total_bytes: int, smoke: bool = False) -> Plan:
     python = Path(base_pin(project)["system_python"])
     venv = project.root / VENV_DIR
     vpy = str(venv / "bin" / "python")
     env = build_env(cores, total_bytes)
-    tests = tuple(
-        Step(f"upstream tests: {' '.join(args)}", (vpy, "-m", "pytest", *args, "-q"), checkout / "test")
-        for args in UPSTREAM_TESTS
-    )
-    steps = (
+    tree = tree_dir(project)
+    build = str(tree / BUILD_DIR)
+    ninja = ("ninja", "-C", build, "-j", env["MAX_JOBS"])
+    setup = [
         Step("create the venv", (str(python), "-m", "venv", str(venv)), project.root),
         Step("install build requirements", (vpy, "-m", "pip", "install", *PIP_PACKAGES), project.root),
-        Step("build and install torch (setup.py develop)", (vpy, "setup.py", "develop"), checkout, env),
-        *tests,
-    )
-    return Plan(checkout=checkout, python=python, venv=venv, log=project.cache / LOG_NAME,
+        Step("configure (setup.py build --cmake-only)", (vpy, "setup.py", "build", "--cmake-only"), tree, env),
+    ]
+    if smoke:
+        sample = tuple(target for _, target in SMOKE_SAMPLE)
+        steps = (*setup, Step(f"compile the smoke sample ({len(sample)} translation units)",
+                              (*ninja, *sample), tree, env, ninja=True))
+    else:
+        tests = tuple(
+            Step(f"upstream tests: {' '.join(args)}", (vpy, "-m", "pytest", *args, "-q"), tree / "test")
+            for args in UPSTREAM_TESTS
+        )
+        steps = (*setup, Step("build (ninja)", ninja, tree, env, ninja=True),
+                 Step("install torch into the venv (setup.py develop)", (vpy, "setup.py", "develop"), tree, env),
+                 *tests)
+    return Plan(checkout=checkout, tree=tree, python=python, venv=venv, log=project.cache / LOG_NAME,
                 env=env, steps=steps)
 
 
 def plan_text(plan: Plan) -> str:
     lines = [
         f"checkout: {plan.checkout}",
+        f"tree:     {plan.tree} (copy of the checkout + fake-tensor series + build fixes + fetched headers)",
         f"python:   {plan.python}",
         f"venv:     {plan.venv}",
         f"log:      {plan.log}",
@@ -262,20 +241,26 @@ def nearest_existing(path: Path) -> Path:
     return path
 
 
+def check_apt(runner: Runner) -> Optional[str]:
+    missing = missing_apt_packages(runner, BUILD_APT_PACKAGES)
+    if missing:
+        return f"missing Debian packages {' '.join(missing)} (source-build installs them; run it as root)"
+    return None
+
+
 def preflight_checks(project: Project, runner: Runner, checkout: Path, path_env: str,
-                     total_bytes: int) -> List[Tuple[str, Callable[[], Optional[str]]]]:
+                     total_bytes: int, disk_gb: int = MIN_DISK_GB) -> List[Tuple[str, Callable[[], Optional[str]]]]:
     python = Path(base_pin(project)["system_python"])
     return [
         ("checkout is a source tree", lambda: check_checkout_tree(checkout)),
-        ("vendored third_party sources", lambda: check_third_party(checkout)),
-        ("checkout is patched", lambda: check_patched(checkout, read_base_hashes(project))),
+        ("Debian build packages", lambda: check_apt(runner)),
         ("gcc/g++", lambda: check_compilers(runner, path_env)),
         ("cmake", lambda: check_cmake(runner, path_env)),
         ("ninja", lambda: check_tool("ninja", path_env, "apt-get install ninja-build")),
         ("python", lambda: check_python(python)),
         ("Python headers", lambda: check_python_headers(python_include_dir(runner, python))),
         ("disk space", lambda: check_disk_free(
-            shutil.disk_usage(nearest_existing(checkout)).free)),
+            shutil.disk_usage(nearest_existing(project.cache)).free, disk_gb)),
         ("memory", lambda: check_memory(total_bytes)),
     ]
 
@@ -296,6 +281,13 @@ def run_preflight(checks: Sequence[Tuple[str, Callable[[], Optional[str]]]]) -> 
 
 def run_step(runner: Runner, step: Step, log: Path) -> None:
     """Run one step with its output both on the terminal and appended to the log."""
+    if step.ninja:
+        result = run_ninja(runner, Path(step.argv[2]), step.argv[5:], int(step.argv[4]), log, sys.stdout,
+                           step.env)
+        print(f"ninja finished in {result.seconds:.0f} s (exit {result.returncode})", flush=True)
+        if result.returncode != 0:
+            raise PatchsetError(f"{step.title} failed (exit {result.returncode}); see {log}")
+        return
     with open(log, "a") as out:
         out.write(f"\n==== {step.title}: {shlex.join(step.argv)} (in {step.cwd})\n")
     shell = f"{shlex.join(step.argv)} 2>&1 | tee -a {shlex.quote(str(log))}"
@@ -305,11 +297,20 @@ def run_step(runner: Runner, step: Step, log: Path) -> None:
         raise PatchsetError(f"{step.title} failed (exit {proc.returncode}); see {log}")
 
 
-def execute(plan: Plan, runner: Runner) -> None:
-    plan.log.parent.mkdir(parents=True, exist_ok=True)
+def steps_to_run(plan: Plan) -> Tuple[Step, ...]:
+    """Resume: a venv that exists is not made again, a configured tree not configured again
+    (ninja re-runs cmake itself when its inputs changed)."""
     steps = plan.steps
     if (plan.venv / "bin" / "python").is_file():
-        steps = steps[1:]  # the venv is there already; pip and setup.py are incremental
+        steps = steps[1:]
+    if (plan.tree / BUILD_DIR / "build.ninja").is_file():
+        steps = tuple(s for s in steps if "--cmake-only" not in s.argv)
+    return steps
+
+
+def execute(plan: Plan, runner: Runner) -> None:
+    plan.log.parent.mkdir(parents=True, exist_ok=True)
+    steps = steps_to_run(plan)
     for number, step in enumerate(steps, 1):
         print(f"[{number}/{len(steps)}] {step.title} (log: {plan.log})", flush=True)
         run_step(runner, step, plan.log)
@@ -322,20 +323,42 @@ def read_meminfo() -> str:
         return ""
 
 
+def smoke_report(plan: Plan, seconds: float) -> str:
+    lines = [f"smoke sample compiled in {seconds:.0f} s (configure and code generation included):"]
+    build = plan.tree / BUILD_DIR
+    for group, target in SMOKE_SAMPLE:
+        made = (build / target).is_file()
+        lines.append(f"  {'ok' if made else 'MISSING':<7}  {group:<28} {target.rsplit('.dir/', 1)[-1]}")
+    return "\n".join(lines)
+
+
 def cmd_source_build(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     checkout = Path(args.checkout).resolve() if args.checkout else project.default_checkout
     total = mem_total_bytes(read_meminfo())
-    plan = make_plan(project, checkout, os.cpu_count() or 1, total)
+    plan = make_plan(project, checkout, os.cpu_count() or 1, total, smoke=args.smoke)
     if args.dry_run:
         print(plan_text(plan))
         return 0
+    if not args.preflight:
+        missing = missing_apt_packages(runner, BUILD_APT_PACKAGES)
+        if missing:
+            install_apt_packages(runner, missing)
     print(f"preflight for {checkout}:")
-    failures = run_preflight(preflight_checks(project, runner, checkout, os.environ.get("PATH", ""), total))
+    disk = SMOKE_DISK_GB if args.smoke else MIN_DISK_GB
+    failures = run_preflight(preflight_checks(project, runner, checkout, os.environ.get("PATH", ""), total, disk))
     if failures:
         raise PatchsetError(f"preflight failed ({len(failures)} check(s)); nothing was built")
     if args.preflight:
         return 0
+    started = time.monotonic()
+    prepare_tree(project, runner, checkout)
     execute(plan, runner)
+    if args.smoke:
+        print(smoke_report(plan, time.monotonic() - started))
+        missing = [t for _, t in SMOKE_SAMPLE if not (plan.tree / BUILD_DIR / t).is_file()]
+        if missing:
+            raise PatchsetError(f"ninja left {len(missing)} sample object(s) unbuilt")
+        return 0
     print(f"source build and upstream tests passed; venv: {plan.venv}")
     return 0
 
@@ -343,11 +366,16 @@ def cmd_source_build(project: Project, runner: Runner, args: argparse.Namespace)
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "source-build",
-        help="build the patched checkout from source (CPU only) and run upstream's tests on it",
-        description="CPU-only `setup.py develop` of the patched checkout into .venv-source-build, "
-                    "then upstream's tests. Needs a full git checkout with submodules; hours.",
+        help="build torch (CPU only) from the checkout with both series, then run upstream's tests",
+        description="Copy the checkout into .cache/source-build, apply the fake-tensor series and "
+                    "patches/build-fixes, configure against Debian's libraries, build with ninja "
+                    "(resumable, with an ETA), `setup.py develop` into .venv-source-build, then run "
+                    "upstream's tests. Hours on 2 cores; --smoke compiles a fixed sample only.",
     )
-    parser.add_argument("--checkout", metavar="DIR", help="patched source tree (default: the cache's)")
+    parser.add_argument("--checkout", metavar="DIR",
+                        help="PyTorch 1.13.1 source tree, pristine or patched (default: the cache's)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="configure and compile a fixed sample of translation units from each part")
     parser.add_argument("--dry-run", action="store_true", help="print the exact plan and exit")
     parser.add_argument("--preflight", action="store_true", help="only run the checks (exit 1 if any fails)")
     parser.set_defaults(func=cmd_source_build)

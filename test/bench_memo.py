@@ -196,6 +196,26 @@ def params(torch: Any, n: int) -> List[Any]:
     return [torch.nn.Parameter(torch.randn(64, 64)) for _ in range(n)]
 
 
+def floor_ms_per_mode(torch: Any, mode_cls: Any, ps: List[Any], n_modes: int) -> float:
+    """The floor of a conversion: a fresh mode plus, per parameter, a bare meta tensor of its
+    layout wrapped as a FakeTensor (no memo, no storage sharing, no Parameter-ness)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    start = time.perf_counter()
+    for _ in range(n_modes):
+        mode = mode_cls()
+        fakes = [
+            FakeTensor(
+                mode,
+                torch.empty_strided(p.size(), p.stride(), dtype=p.dtype, device="meta"),
+                p.device,
+            )
+            for p in ps
+        ]
+        del fakes, mode
+    return (time.perf_counter() - start) * 1e3 / n_modes
+
+
 def work_w1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
     ps = params(torch, sizes["params"])
     base = Baseline.take()
@@ -208,6 +228,10 @@ def work_w1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
     out: Dict[str, Any] = {"ms_per_mode": elapsed * 1e3 / sizes["w1_modes"]}
     out.update(base.growth())
     out["live_modes"] = sum(1 for o in gc.get_objects() if isinstance(o, mode_cls))
+    # the floor in the same process, right after: both see the same machine load
+    floor = floor_ms_per_mode(torch, mode_cls, ps, sizes["w1_modes"])
+    out["floor_ms_per_mode"] = floor
+    out["over_floor"] = out["ms_per_mode"] / floor
     return out
 
 
@@ -223,6 +247,9 @@ def work_w2(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
     out: Dict[str, Any] = {"us_per_conversion": elapsed * 1e6 / (sizes["w2_rounds"] * len(ps))}
     out.update(base.growth())
     out.update(memo_sizes(mode))
+    floor_us = floor_ms_per_mode(torch, mode_cls, ps, sizes["w2_rounds"]) * 1e3 / len(ps)
+    out["floor_us_per_conversion"] = floor_us
+    out["over_floor"] = out["us_per_conversion"] / floor_us
     return out
 
 
@@ -410,9 +437,13 @@ ROWS: Dict[str, List[Tuple[str, str, str]]] = {
         ("finalizers_added", "finalizers added", "count"),
         ("rss_growth_mb", "RSS growth (MB)", "mem"),
         ("live_modes", "live FakeTensorModes after gc", "count"),
+        ("floor_ms_per_mode", "floor: bare meta + FakeTensor, ms per mode (same run)", "time"),
+        ("over_floor", "ms per mode / floor (per repeat)", "info"),
     ],
     "W2": [
         ("us_per_conversion", "µs per conversion", "time"),
+        ("floor_us_per_conversion", "floor: bare meta + FakeTensor, µs (same run)", "time"),
+        ("over_floor", "µs per conversion / floor (per repeat)", "info"),
         ("finalizers_added", "finalizers added", "count"),
         ("rss_growth_mb", "RSS growth (MB)", "mem"),
         ("ftc.tensor_memo", "FakeTensorConverter.tensor_memo", "count"),
@@ -517,6 +548,8 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
     if workload in ("W1", "W2"):
         out["finalizers_added"] = ("0", verdict(cmp("finalizers_added", lambda v: v == 0)))
         out["rss_growth_mb"] = ("< 10 MB", verdict(cmp("rss_growth_mb", lambda v: v < 10)))
+    if workload in ("W1", "W2"):
+        out["over_floor"] = ("<= 2x floor", verdict(cmp("over_floor", lambda v: v <= 2)))
     if workload == "W1":
         ref = num(unp, "ms_per_mode")
         bar = TORCH2_W1_MS_PER_MODE if ref is None else min(ref / 5, TORCH2_W1_MS_PER_MODE)

@@ -20,7 +20,13 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.fake_tensor import run_fallback_kernel
 from torch._subclasses.meta_utils import MetaConverter
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.overrides import TorchFunctionMode
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+    run_tests,
+    TestCase,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Operators without a Meta kernel, so that FakeTensorMode runs them through the fallback kernel.
@@ -355,11 +361,17 @@ class WeakMemoMetaConverterTest(TestCase):
             mc(torch.empty(2))
         self.assertLessEqual(len(mc.storage_memo), 400)
 
+    def test_conj_input_left_unconverted_by_call(self):
+        # 1.13.1's __call__ gives conj tensors back as they are (its fallbacks cannot run them)
+        xc = torch.randn(3, dtype=torch.complex64).conj()
+        mc = MetaConverter()
+        self.assertIs(mc(xc), xc)
+        self.assertEqual(mc.miss, 1)
+
     def test_conj_bit_preserved(self):
         x = torch.randn(3, dtype=torch.complex64)
         xc = x.conj()
         mc = MetaConverter()
-        self.assertTrue(mc(xc).is_conj())
         m = mc.meta_tensor(xc)
         self.assertTrue(m.is_meta)
         self.assertTrue(m.is_conj())
@@ -1157,6 +1169,269 @@ class FallbackKernelLifetimeTest(TestCase):
         gc.collect()
         self.assertEqual([r() is None for r in refs], [True, True])
         self.assertIn("flat_view", str(error))
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions that match the real tensor (issue 9 item 4), invisible memo hits (item 5) and the
+# storage sweep bound when live tensors die (issue 11 item 3).
+
+
+def _patchset_view_of_view_grad():
+    # requires_grad set on an intermediate view: z requires grad through it
+    x = torch.randn(8)
+    y = x.view(2, 4)
+    y.requires_grad = True
+    return x, y.view(2, 2, 2)
+
+
+def _patchset_channels_last_non_leaf():
+    return torch.empty(2, 3, 4, 5, memory_format=torch.channels_last, requires_grad=True) + 2
+
+
+def _patchset_set_with_offset():
+    return torch.empty(0).set_(torch.randn(10).storage(), 2, (2, 3), (1, 2))
+
+
+def _patchset_inference():
+    with torch.inference_mode():
+        return torch.randn(3, 2)
+
+
+def _patchset_inference_view():
+    with torch.inference_mode():
+        x = torch.randn(4, 2)
+        return x, x[1:]
+
+
+def _patchset_parameter_with_grad():
+    p = torch.nn.Parameter(torch.randn(4, 2))
+    p.grad = torch.randn(2, 4).t()
+    return p
+
+
+def _patchset_leaf_view_of_grad_base():
+    x = torch.randn(4, 3, requires_grad=True)
+    with torch.no_grad():
+        return x, x[1:]
+
+
+# name -> () -> tensor, or a tuple (converted in order, compared: the last one)
+_PATCHSET_CASES = {
+    "dense_leaf": lambda: torch.randn(4, 3),
+    "leaf_requires_grad": lambda: torch.randn(4, 3, requires_grad=True),
+    "non_leaf": lambda: torch.randn(4, 3, requires_grad=True) * 2,
+    "parameter": lambda: torch.nn.Parameter(torch.randn(3, 2)),
+    "parameter_without_grad_flag": lambda: torch.nn.Parameter(torch.randn(3), requires_grad=False),
+    "parameter_with_grad": _patchset_parameter_with_grad,
+    "channels_last_leaf": lambda: torch.empty(2, 3, 4, 5, memory_format=torch.channels_last),
+    "channels_last_non_leaf": _patchset_channels_last_non_leaf,
+    "strided_leaf_with_gaps": lambda: torch.empty_strided((2, 3), (4, 1)),
+    "view_of_leaf": lambda: (lambda x: (x, x[1:, 1:]))(torch.randn(4, 3)),
+    "view_of_grad_leaf": lambda: (lambda x: (x, x.t()))(torch.randn(4, 3, requires_grad=True)),
+    "view_of_view_grad_on_intermediate": _patchset_view_of_view_grad,
+    "leaf_view_of_grad_base": _patchset_leaf_view_of_grad_base,
+    "expand_zero_stride": lambda: torch.randn(3, 1).expand(3, 4),
+    "set_with_offset": _patchset_set_with_offset,
+    "empty": lambda: torch.empty(0, 3, dtype=torch.float64),
+    "zero_dim": lambda: torch.zeros((), dtype=torch.int32),
+    "inference": _patchset_inference,
+    "inference_view": _patchset_inference_view,
+    "complex_view_as_real": lambda: (lambda x: (x, torch.view_as_real(x)))(
+        torch.randn(3, dtype=torch.complex64)
+    ),
+    "sparse": lambda: torch.randn(3, 4).to_sparse(),
+}
+
+
+def _patchset_case(name):
+    made = _PATCHSET_CASES[name]()
+    return made if isinstance(made, tuple) else (made,)
+
+
+def _patchset_grad(t):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The .grad attribute of a Tensor")
+        return t.grad
+
+
+def _patchset_is_leaf(t):
+    try:
+        return t.is_leaf
+    except RuntimeError:  # inference tensors may not say
+        return None
+
+
+class ConversionFieldsTest(TestCase):
+    """Every field of a conversion against the real tensor, through MetaConverter's fast path
+    (dense non-view leaves) and its general path alone."""
+
+    def _check_fields(self, out, real, converted, expect_device, autograd_fields=True):
+        self.assertEqual(out.dtype, real.dtype)
+        self.assertEqual(out.device, expect_device(real))
+        self.assertEqual(out.shape, real.shape)
+        self.assertEqual(out.is_sparse, real.is_sparse)
+        if not real.is_sparse:
+            self.assertEqual(out.stride(), real.stride())
+            self.assertEqual(out.storage_offset(), real.storage_offset())
+        self.assertEqual(out.requires_grad, real.requires_grad)
+        self.assertEqual(out.is_conj(), real.is_conj())
+        self.assertEqual(out.is_neg(), real.is_neg())
+        self.assertEqual(out.is_inference(), real.is_inference())
+        self.assertEqual(
+            isinstance(out, torch.nn.Parameter), isinstance(real, torch.nn.Parameter)
+        )
+        if _patchset_grad(real) is None:
+            self.assertIsNone(_patchset_grad(out))
+        else:
+            self._check_fields(
+                _patchset_grad(out), real.grad, converted, expect_device, autograd_fields
+            )
+        if autograd_fields:
+            self.assertEqual(_patchset_is_leaf(out), _patchset_is_leaf(real))
+            self.assertEqual(out._is_view(), real._is_view())
+            if real._is_view():
+                self.assertIs(out._base, converted(real._base))
+                self._check_fields(out._base, real._base, converted, expect_device)
+
+    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
+    @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
+    def test_meta_matches_real(self, case, fast_path):
+        tensors = _patchset_case(case)
+        mc = MetaConverter()
+        mc.fast_path = fast_path
+        outs = [mc(t) for t in tensors]
+        self.assertTrue(outs[-1].is_meta)
+        # converted(t) is a memo hit: bases are compared by identity
+        self._check_fields(outs[-1], tensors[-1], mc, lambda t: torch.device("meta"))
+
+    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
+    @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
+    def test_fake_matches_real(self, case, fast_path):
+        # FakeTensor wrapping detaches (1.13.1): fakes are leaves and never views, so is_leaf,
+        # _is_view() and _base are compared for MetaConverter only.
+        tensors = _patchset_case(case)
+        mode = FakeTensorMode()
+        mode.fake_tensor_converter.meta_converter.fast_path = fast_path
+        outs = [mode.from_tensor(t) for t in tensors]
+        self.assertIsInstance(outs[-1], FakeTensor)
+        self._check_fields(
+            outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device, autograd_fields=False
+        )
+
+    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
+    def test_autograd_grad_through_meta_of_channels_last_non_leaf(self, fast_path):
+        y = _patchset_channels_last_non_leaf()
+        mc = MetaConverter()
+        mc.fast_path = fast_path
+        m = mc(y)
+        (grad,) = torch.autograd.grad(m.sum(), m)
+        self.assertEqual(grad.shape, y.shape)
+
+    def test_view_of_view_meta_shares_base_and_version_counter(self):
+        x, z = _patchset_view_of_view_grad()
+        mc = MetaConverter()
+        mx, mz = mc(x), mc(z)
+        self.assertIs(mz._base, mx)
+        self.assertEqual(mz._version, mx._version)
+        with torch.no_grad():
+            mz.add_(1)
+        self.assertEqual(mx._version, 1)
+
+    def test_fast_path_converts_dense_leaf_without_general_path(self):
+        calls = []
+        mc = MetaConverter()
+        general = mc._convert
+        mc._convert = lambda *args: calls.append(args) or general(*args)
+        x = torch.randn(3, 4)
+        mc(x)
+        self.assertEqual(calls, [])
+        mc.fast_path = False
+        mc(torch.randn(3, 4))
+        self.assertEqual(len(calls), 1)
+
+    def test_fast_path_leaf_shares_storage_with_later_view(self):
+        x = torch.randn(4, 3)
+        mc = MetaConverter()
+        mx, mv = mc(x), mc(x[1:])
+        self.assertEqual(torch._C._storage_id(mx), torch._C._storage_id(mv))
+        self.assertIs(mv._base, mx)
+
+
+instantiate_parametrized_tests(ConversionFieldsTest)
+
+
+class _PatchsetRecordingMode(TorchFunctionMode):
+    def __init__(self):
+        self.log = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.log.append(getattr(func, "__name__", repr(func)))
+        return func(*args, **(kwargs or {}))
+
+
+class MemoHitTorchFunctionModeTest(TestCase):
+    def test_memo_hit_on_parameter_invisible_to_torch_function_mode(self):
+        p = torch.nn.Parameter(torch.randn(3))
+        mode = FakeTensorMode()
+        fake = mode.from_tensor(p)
+        recorder = _PatchsetRecordingMode()
+        with recorder:
+            hit = mode.from_tensor(p)
+        self.assertIs(hit, fake)
+        self.assertEqual(recorder.log, [])
+
+    def test_memo_hit_under_nested_modes_invisible_and_stack_restored(self):
+        x = torch.randn(3)
+        mode = FakeTensorMode()
+        fake = mode.from_tensor(x)
+        outer, inner = _PatchsetRecordingMode(), _PatchsetRecordingMode()
+        with outer, inner:
+            hit = mode.from_tensor(x)
+            stack = torch.overrides._get_current_function_mode_stack()
+            torch.neg(x)
+        self.assertIs(hit, fake)
+        self.assertEqual(stack, [outer, inner])
+        # neg reaches both (inner runs it with outer active); the hit reaches neither
+        self.assertEqual(inner.log, ["neg"])
+        self.assertEqual(outer.log, ["neg"])
+
+
+class StorageSweepBoundTest(TestCase):
+    def test_dead_storage_entries_bounded_right_after_live_tensors_die(self):
+        mc = MetaConverter()
+        live = [torch.randn(2) for _ in range(5000)]
+        metas = [mc(t) for t in live]
+        self.assertEqual(len(mc.storage_memo), 5000)
+        del live, metas
+        kept = []
+        worst = 0
+        for _ in range(2000):
+            kept.append(torch.randn(2))
+            mc(kept[-1])
+            # entries = live + dead, and dead <= live + 128
+            worst = max(worst, len(mc.storage_memo) - (2 * len(kept) + 128))
+        self.assertLessEqual(worst, 0)
+
+    def test_sweeps_scan_amortized_constant_entries_per_conversion(self):
+        mc = MetaConverter()
+        scanned = []
+        sweep = mc.check_for_expired_weak_storages
+
+        def counting_sweep():
+            scanned.append(len(mc.storage_memo))
+            sweep()
+
+        mc.check_for_expired_weak_storages = counting_sweep
+        kept = []
+        for i in range(20000):
+            t = torch.randn(2)
+            mc(t)
+            if i % 3 == 0:
+                kept.append(t)
+            if i % 5000 == 4999:
+                kept.clear()
+        self.assertGreater(len(scanned), 0)
+        self.assertLessEqual(sum(scanned), 4 * 20000)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ sys.path.insert(0, str(REPO / "build_scripts"))
 
 from conftest import copy_tool, run_tool  # noqa: E402
 from patchset_lib import install_cmd, pyfind, setup_cmd  # noqa: E402
-from patchset_lib.common import PatchsetError, Runner, find_project, sha256_file  # noqa: E402
+from patchset_lib.common import PatchsetError, Runner, find_project, read_base_hashes, sha256_file  # noqa: E402
 from patchset_lib.venvs import venv_python, wrong_pins  # noqa: E402
 
 PROJECT = find_project(REPO / "build_scripts")
@@ -148,8 +149,22 @@ def test_our_behaviour_tests_pass_on_installed_pip_torch(installed: Path) -> Non
     assert summary_counts(proc.stdout) == {"passed": count}
 
 
-def test_upstream_tests_pass_on_installed_pip_torch(installed: Path) -> None:
-    proc = tool("upstream-tests", "--python", str(installed))
+@pytest.fixture(scope="module")
+def patched_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Upstream's test/ with the pristine base files, patched by `apply`: the patched
+    test_fake_tensor.py holds upstream's tests and ours (the cached checkout may be pristine)."""
+    checkout = tmp_path_factory.mktemp("checkout")
+    shutil.copytree(PROJECT.default_checkout / "test", checkout / "test", symlinks=True)
+    for path in read_base_hashes(PROJECT):
+        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PROJECT.pristine / path, checkout / path)
+    proc = tool("apply", "--checkout", str(checkout))
+    assert proc.returncode == 0, proc.stderr
+    return checkout
+
+
+def test_upstream_tests_pass_on_installed_pip_torch(installed: Path, patched_checkout: Path) -> None:
+    proc = tool("upstream-tests", "--python", str(installed), "--checkout", str(patched_checkout))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "patched by install --python" in proc.stdout
     table = proc.stdout.split("test/test_fake_tensor.py\n", 1)[1]

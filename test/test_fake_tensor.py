@@ -769,16 +769,6 @@ class WeakMemoRobustnessTest(TestCase):
             import torch
             from torch._subclasses.fake_tensor import FakeTensorMode
             from torch._subclasses.meta_utils import MetaConverter
-from torch.fx.experimental.proxy_tensor import (
-    get_isolated_graphmodule,
-    get_proxy_slot,
-    get_proxy_slots,
-    has_proxy_slot,
-    make_fx,
-    set_proxy_slot,
-    track_tensor_tree,
-)
-from torch.nn.utils import stateless
 
             modes = [FakeTensorMode() for _ in range(3)]
             tensors = [torch.randn(4, 3) for _ in range(100)]
@@ -1170,7 +1160,6 @@ class FallbackKernelLifetimeTest(TestCase):
         self.assertIn("flat_view", str(error))
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Tracing frees its modes: the proxy slots live in the tracer, not on the tensors.
 
@@ -1283,64 +1272,55 @@ class PatchsetTracingFreesModeTest(TestCase):
 
 
 class PatchsetProxySlotTest(TestCase):
-    def tracked(self, tracer, t):
-        proxy = torch.fx.Proxy(tracer.graph.placeholder("x"), tracer)
-        track_tensor_tree(t, proxy, constant=None, tracer=tracer)
+    def setUp(self):
+        super().setUp()
+        self.tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
+
+    def tracked(self, t):
+        proxy = torch.fx.Proxy(self.tracer.graph.placeholder("x"), self.tracer)
+        track_tensor_tree(t, proxy, constant=None, tracer=self.tracer)
         return proxy
 
     def test_tracking_leaves_no_state_on_the_tensor(self):
-        tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
         t = torch.randn(3)
-        proxy = self.tracked(tracer, t)
+        proxy = self.tracked(t)
         self.assertEqual(t.__dict__, {})
-        self.assertIs(get_proxy_slot(t, tracer).proxy, proxy)
+        self.assertIs(get_proxy_slot(t, self.tracer).proxy, proxy)
 
     def test_slot_dies_with_its_tensor(self):
-        tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
         t = torch.randn(3)
-        self.tracked(tracer, t)
-        ref = weakref.ref(t)
-        del t
-        self.assertIsNone(ref())
-        fresh = torch.randn(3)
-        self.assertFalse(has_proxy_slot(fresh, tracer))
-
-    def test_tracer_does_not_keep_tracked_tensor_alive(self):
-        tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
-        t = torch.randn(3)
-        set_proxy_slot(t, tracer, "slot")
+        self.tracked(t)
         ref = weakref.ref(t)
         del t
         gc.collect()
         self.assertIsNone(ref())
+        self.assertEqual(len(self.tracer._proxy_slots), 0)
 
     def test_slots_of_two_tracers_stay_apart(self):
-        first = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
         second = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
         t = torch.randn(3)
-        set_proxy_slot(t, first, "first")
+        set_proxy_slot(t, self.tracer, "first")
         self.assertFalse(has_proxy_slot(t, second))
         self.assertEqual(get_proxy_slot(t, second, "default"), "default")
         with self.assertRaises(KeyError):
             get_proxy_slot(t, second)
         set_proxy_slot(t, second, "second")
-        self.assertEqual(get_proxy_slots(t), {first: "first", second: "second"})
-        self.assertEqual(get_proxy_slot(t, first, transform=str.upper), "FIRST")
+        self.assertEqual(get_proxy_slots(t), {self.tracer: "first", second: "second"})
+        self.assertEqual(get_proxy_slot(t, self.tracer, transform=str.upper), "FIRST")
 
     def test_get_proxy_slots_of_untracked_object_is_none(self):
-        tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
-        set_proxy_slot(torch.randn(3), tracer, "slot")
+        set_proxy_slot(torch.randn(3), self.tracer, "slot")
         self.assertIsNone(get_proxy_slots(torch.randn(3)))
 
     def test_tracer_is_freed_with_its_slots(self):
-        tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
         t = torch.randn(3)
-        self.tracked(tracer, t)
-        ref = weakref.ref(tracer)
-        del tracer
+        self.tracked(t)
+        ref = weakref.ref(self.tracer)
+        del self.tracer
         gc.collect()
         self.assertIsNone(ref())
         self.assertIsNone(get_proxy_slots(t))
+
 
 if __name__ == "__main__":
     run_tests()

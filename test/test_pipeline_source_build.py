@@ -195,9 +195,10 @@ def test_plan_is_exact(tmp_path: Path) -> None:
         (venv_python, "setup.py", "develop"),
         (venv_python, "-m", "pytest", "test_fake_tensor.py", "-q"),
         (venv_python, "-m", "pytest", "test_meta.py", "-k", "TestMetaConverter", "-q"),
+        (venv_python, "-m", "pytest", "test_proxy_tensor.py", "-k", "not TestProxyTensorOpInfo", "-q"),
     ]
     assert [s.cwd for s in plan.steps] == [project.root, project.root, checkout,
-                                           checkout / "test", checkout / "test"]
+                                           checkout / "test", checkout / "test", checkout / "test"]
     assert plan.steps[2].env == plan.env and not plan.steps[3].env
     assert plan.log == project.root / ".cache/source-build.log"
 
@@ -219,7 +220,7 @@ def test_dry_run_prints_plan_and_creates_nothing(tmp_path: Path) -> None:
     assert f"(cd {checkout} && {env} {project.root}/.venv-source-build/bin/python setup.py develop)" in proc.stdout
     assert f"log:      {project.root}/.cache/source-build.log" in proc.stdout
     assert f"(cd {checkout}/test && " in proc.stdout
-    assert proc.stdout.count("\n[") == 5
+    assert proc.stdout.count("\n[") == 6
     after = sorted(p for p in tmp_path.rglob("*") if "__pycache__" not in str(p))
     assert after == before
 

@@ -336,14 +336,16 @@ def timed_traces(mode_cls: Any, trace: Callable[[], Any], n: int,
     gc.collect()
     refs = record_modes(mode_cls)
     base = Baseline.take()
-    elapsed, half = 0.0, n // 2
-    for count in (half, n - half):
-        start = time.perf_counter()
-        for _ in range(count):
-            trace()
-        elapsed += time.perf_counter() - start
-        if count == half:
-            mid_rss = rss_bytes()[0]
+    half = n // 2
+    start = time.perf_counter()
+    for _ in range(half):
+        trace()
+    elapsed = time.perf_counter() - start
+    mid_rss = rss_bytes()[0]
+    start = time.perf_counter()
+    for _ in range(n - half):
+        trace()
+    elapsed += time.perf_counter() - start
     release()
     out: Dict[str, Any] = {"ms_per_trace": elapsed * 1e3 / n}
     out.update(base.growth())

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark of patch 0001: leak-free weak memoization of MetaConverter / FakeTensorConverter.
+"""Benchmark of the series: real tracing workloads R1-R5 (make_fx, aot_function and FakeTensorProp
+freeing their FakeTensorModes, patch 0004) and the converter memo workloads W1-W4 (patch 0001).
 
 Not a test: pytest does not collect this file (its name does not start with ``test_``), and it
 asserts nothing. It prints figures next to the targets of the issue (PASS/MISS).
@@ -36,7 +37,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("W1", "W2", "W3", "W3v", "W4")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "W1", "W2", "W3", "W3v", "W4")
+PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
 
@@ -49,9 +51,12 @@ FULL_SIZES: Dict[str, int] = {
     "w3_last": 10_000,
     "w3v_storages": 10,
     "w4_hits": 100_000,
+    "r1_traces": 200,
+    "r_traces": 100,
 }
 QUICK_SIZES: Dict[str, int] = dict(
-    FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000
+    FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
+    r1_traces=20, r_traces=10,
 )
 
 
@@ -127,9 +132,11 @@ def runtime_info() -> Dict[str, Any]:
     import torch
     import torch._subclasses.fake_tensor as fake_tensor
     import torch._subclasses.meta_utils as meta_utils
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
 
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
-    files = {"fake_tensor": fake_tensor.__file__, "meta_utils": meta_utils.__file__}
+    files = {"fake_tensor": fake_tensor.__file__, "meta_utils": meta_utils.__file__,
+             "proxy_tensor": proxy_tensor.__file__}
     info: Dict[str, Any] = {
         "python": sys.executable,
         "torch_version": torch.__version__,
@@ -160,7 +167,7 @@ def check_expectation(info: Dict[str, Any], expect: str) -> Optional[str]:
     if expect == "any":
         return None
     want_in_torch = expect == "system"
-    for name in ("fake_tensor", "meta_utils"):
+    for name in PATCHED_MODULES:
         if info[f"{name}_in_torch"] != want_in_torch:
             where = "the installed torch" if want_in_torch else "the overlay"
             return f"{name} was loaded from {info[f'{name}_file']}, expected {where}"
@@ -327,12 +334,149 @@ def work_w4(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
     return out
 
 
+# --- R1-R5: real tracing workloads (patch 0004, proxy_tensor.py) ------------------------------
+# Each makes one warm-up trace, then `r_traces` (R1: `r1_traces`) traces whose every
+# FakeTensorMode is followed by a weakref; the graph modules are dropped as they come.
+
+
+def record_modes(mode_cls: Any) -> List[Any]:
+    """Weakrefs to every FakeTensorMode created from now on (make_fx and aot make their own)."""
+    refs: List[Any] = []
+    init = mode_cls.__init__
+
+    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        refs.append(weakref.ref(self))
+
+    mode_cls.__init__ = recording_init
+    return refs
+
+
+def timed_traces(mode_cls: Any, trace: Callable[[], Any], n: int,
+                 release: Callable[[], None] = lambda: None) -> Dict[str, Any]:
+    """Figures of n traces; `release` drops what the workload keeps on purpose before counting.
+
+    RSS per 100 traces is the slope over the second half: the first traces raise the
+    allocator's high-water mark once (garbage waiting for the next gc pass), a leak keeps rising.
+    """
+    trace()  # warm-up: lazy imports, decomposition tables, dispatcher caches
+    gc.collect()
+    refs = record_modes(mode_cls)
+    base = Baseline.take()
+    half = n // 2
+    start = time.perf_counter()
+    for _ in range(half):
+        trace()
+    elapsed = time.perf_counter() - start
+    mid_rss = rss_bytes()[0]
+    start = time.perf_counter()
+    for _ in range(n - half):
+        trace()
+    elapsed += time.perf_counter() - start
+    release()
+    out: Dict[str, Any] = {"ms_per_trace": elapsed * 1e3 / n}
+    out.update(base.growth())
+    out["rss_mb_per_100"] = (rss_bytes()[0] - mid_rss) / 2**20 * 100 / (n - half)
+    out["modes_traced"] = len(refs)
+    out["modes_freed"] = sum(1 for ref in refs if ref() is None)
+    return out
+
+
+def mlp(torch: Any) -> Any:
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+                         nn.Linear(128, 10))
+
+
+def make_fx_backward_trace(torch: Any, model: Any, x: Any) -> Callable[[], Any]:
+    """make_fx fake of loss.backward() with the parameters passed in through functional_call."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.nn.utils import stateless
+
+    params = {name: p.detach().requires_grad_() for name, p in model.named_parameters()}
+
+    def step(params: Dict[str, Any], x: Any) -> List[Any]:
+        loss = stateless.functional_call(model, params, (x,)).sum()
+        loss.backward()
+        return [p.grad for p in params.values()]
+
+    return lambda: make_fx(step, tracing_mode="fake")(params, x)
+
+
+def work_r1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    trace = make_fx_backward_trace(torch, mlp(torch), torch.randn(32, 64))
+    return timed_traces(mode_cls, trace, sizes["r1_traces"])
+
+
+def work_r2(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(16, 10))
+    trace = make_fx_backward_trace(torch, model, torch.randn(4, 3, 16, 16))
+    return timed_traces(mode_cls, trace, sizes["r_traces"])
+
+
+def work_r3(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64,
+                                             dropout=0.0, batch_first=True)
+    trace = make_fx_backward_trace(torch, layer, torch.randn(2, 8, 32))
+    return timed_traces(mode_cls, trace, sizes["r_traces"])
+
+
+def work_r4(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    from functorch.compile import aot_function, nop
+
+    try:
+        from functorch._src import config
+        config.use_fake_tensor = True
+    except ImportError:  # torch 2.x (--vs-python): aot_function always traces with fake tensors
+        pass
+    model = mlp(torch)
+    params = [p.detach().requires_grad_() for p in model.parameters()]
+    names = [name for name, _ in model.named_parameters()]
+    x = torch.randn(32, 64)
+
+    def fn(x: Any, *ps: Any) -> Any:
+        from torch.nn.utils import stateless
+
+        return stateless.functional_call(model, dict(zip(names, ps)), (x,)).sum()
+
+    # A fresh aot_function per trace: its compilation cache would otherwise trace only once.
+    return timed_traces(mode_cls, lambda: aot_function(fn, nop, nop)(x, *params),
+                        sizes["r_traces"])
+
+
+def work_r5(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    functional = torch.nn.functional
+    # 1.13.1's FakeTensorProp converts only the inputs: the MLP takes its parameters as inputs.
+    params = [p.detach() for p in mlp(torch).parameters()]
+
+    def forward(x: Any, w1: Any, b1: Any, w2: Any, b2: Any, w3: Any, b3: Any) -> Any:
+        x = functional.relu(functional.linear(x, w1, b1))
+        x = functional.relu(functional.linear(x, w2, b2))
+        return functional.linear(x, w3, b3)
+
+    # FakeTensorProp leaves the last propagation's fakes in the module's node.meta by design.
+    kept = [torch.fx.symbolic_trace(forward)]
+    x = torch.randn(32, 64)
+    return timed_traces(mode_cls, lambda: FakeTensorProp(kept[0]).propagate(x, *params),
+                        sizes["r1_traces"], release=kept.clear)
+
+
 WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "W1": work_w1,
     "W2": work_w2,
     "W3": work_w3,
     "W3v": work_w3v,
     "W4": work_w4,
+    "R1": work_r1,
+    "R2": work_r2,
+    "R3": work_r3,
+    "R4": work_r4,
+    "R5": work_r5,
 }
 
 
@@ -399,7 +543,8 @@ def runtimes_from_args(args: argparse.Namespace) -> List[Runtime]:
     return result
 
 
-MODULE_KEYS = ("fake_tensor_file", "fake_tensor_sha256", "meta_utils_file", "meta_utils_sha256")
+MODULE_KEYS = ("fake_tensor_file", "fake_tensor_sha256", "meta_utils_file", "meta_utils_sha256",
+               "proxy_tensor_file", "proxy_tensor_sha256")
 
 
 def check_runtime(runtime: Runtime) -> Optional[str]:
@@ -473,6 +618,15 @@ ROWS: Dict[str, List[Tuple[str, str, str]]] = {
     ],
 }
 ROWS["W3v"] = ROWS["W3"]
+R_ROWS: List[Tuple[str, str, str]] = [
+    ("ms_per_trace", "ms per trace", "time"),
+    ("modes_freed", "FakeTensorModes freed after gc", "count"),
+    ("modes_traced", "FakeTensorModes made", "count"),
+    ("rss_growth_mb", "RSS growth (MB), all traces", "mem"),
+    ("rss_mb_per_100", "RSS growth per 100 traces (MB, 2nd half)", "mem"),
+    ("finalizers_added", "finalizers added", "count"),
+]
+ROWS.update({name: R_ROWS for name in ("R1", "R2", "R3", "R4", "R5")})
 
 TITLES = {
     "W1": "W1 many modes: {w1_modes:,} modes x the same {params:,} Parameters(64x64), "
@@ -482,6 +636,12 @@ TITLES = {
     "W3v": "W3v one mode, {w3_tensors:,} views of {w3v_storages:,} long-lived storages, each view "
            "dying right after conversion",
     "W4": "W4 {params:,} tensors converted once, fakes kept, then {w4_hits:,} memo hits",
+    "R1": "R1 {r1_traces:,} x make_fx fake: 3-layer MLP, loss.backward(), params through "
+          "functional_call",
+    "R2": "R2 {r_traces:,} x make_fx fake: small convnet, loss.backward()",
+    "R3": "R3 {r_traces:,} x make_fx fake: nn.TransformerEncoderLayer, loss.backward()",
+    "R4": "R4 {r_traces:,} x functorch aot_function (use_fake_tensor=True): MLP forward+backward",
+    "R5": "R5 {r1_traces:,} x FakeTensorProp(...).propagate: MLP with parameters as inputs",
 }
 
 
@@ -566,6 +726,15 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
             if num(pat, "maybe_storages_to_delete") is not None else None))
     if workload == "W4":
         out["us_per_hit"] = ("< 5 µs", verdict(cmp("us_per_hit", lambda v: v < 5)))
+    if workload.startswith("R"):
+        made = num(pat, "modes_traced")
+        out["modes_freed"] = ("all", verdict(cmp("modes_freed", lambda v: v == made)))
+        out["rss_mb_per_100"] = ("< 3 MB", verdict(cmp("rss_mb_per_100", lambda v: v < 3)))
+        out["finalizers_added"] = ("0", verdict(cmp("finalizers_added", lambda v: v == 0)))
+        ref = num(unp, "ms_per_trace")
+        # Timings on this shared machine move by about 10% between runs.
+        out["ms_per_trace"] = ("<= unpatched (+10%)", verdict(
+            None if ref is None else cmp("ms_per_trace", lambda v: v <= ref * 1.1)))
     return out
 
 
@@ -629,15 +798,14 @@ def render_runtimes(runtimes: List[Runtime], seen: Dict[str, Dict[str, Any]]) ->
             continue
         lines.append(f"  {rt.name:9} {rt.python} {env}  torch {info['torch_version']}, "
                      f"RSS from {info['rss_source']}")
-        for mod in ("fake_tensor", "meta_utils"):
+        for mod in PATCHED_MODULES:
             digest = info[f"{mod}_sha256"]
             state = ("pristine 1.13.1" if pristine.get(mod) == digest
                      else "modified" if pristine else "unknown")
             lines.append(f"            {mod}.py: {info[f'{mod}_file']} "
                          f"(sha256 {digest[:12]}, {state})")
     pat, unp = seen.get("patched"), seen.get("unpatched")
-    if pat and unp and all(pat[f"{m}_sha256"] == unp[f"{m}_sha256"]
-                           for m in ("fake_tensor", "meta_utils")):
+    if pat and unp and all(pat[f"{m}_sha256"] == unp[f"{m}_sha256"] for m in PATCHED_MODULES):
         lines.append("  WARNING: patched and unpatched load byte-identical modules; "
                      "the comparison measures nothing.")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 # Owner(s): ["module: meta tensors"]
 # Tests of the patch set: weak memoization of MetaConverter / FakeTensorConverter (no leaks of
-# user tensors, modes or finalizers) and fallback kernels whose outputs alias their inputs.
+# user tensors, modes or finalizers), fallback kernels whose outputs alias their inputs, and
+# make_fx / aot_function traces that free their FakeTensorModes (tracing state kept off tensors).
 # A later patch appends these classes to upstream's test/test_fake_tensor.py, so every name
 # below is prefixed to stay clear of upstream's (FakeTensorTest, FakeTensorConverterTest, ...).
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import unittest.mock
 import warnings
 import weakref
 
@@ -19,6 +21,16 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.fake_tensor import run_fallback_kernel
 from torch._subclasses.meta_utils import MetaConverter
+from torch.fx.experimental.proxy_tensor import (
+    get_isolated_graphmodule,
+    get_proxy_slot,
+    get_proxy_slots,
+    has_proxy_slot,
+    make_fx,
+    set_proxy_slot,
+    track_tensor_tree,
+)
+from torch.nn.utils import stateless
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.testing._internal.common_utils import (
@@ -1432,6 +1444,165 @@ class StorageSweepBoundTest(TestCase):
                 kept.clear()
         self.assertGreater(len(scanned), 0)
         self.assertLessEqual(sum(scanned), 4 * 20000)
+# Tracing frees its modes: the proxy slots live in the tracer, not on the tensors.
+
+
+class _PatchsetModeRecorder:
+    """Weak references to every FakeTensorMode made inside the `with` block."""
+
+    def __init__(self):
+        self.refs = []
+        self._patch = None
+
+    def __enter__(self):
+        init = FakeTensorMode.__init__
+        refs = self.refs
+
+        def recording_init(mode, *args, **kwargs):
+            init(mode, *args, **kwargs)
+            refs.append(weakref.ref(mode))
+
+        self._patch = unittest.mock.patch.object(FakeTensorMode, "__init__", recording_init)
+        self._patch.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._patch.__exit__(*exc)
+
+    def alive_after_gc(self):
+        gc.collect()
+        return sum(ref() is not None for ref in self.refs)
+
+
+def _patchset_mlp():
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+
+class PatchsetTracingFreesModeTest(TestCase):
+    def assert_traces_free_modes(self, trace, traces=3):
+        with _PatchsetModeRecorder() as recorder:
+            for _ in range(traces):
+                out = trace()
+                del out
+        self.assertEqual(len(recorder.refs), traces)
+        self.assertEqual(recorder.alive_after_gc(), 0)
+
+    def view_ops_trace(self, tracing_mode):
+        def f(x, w):
+            return [w.t(), x.view(-1), x.transpose(0, 1), torch.mm(x, w.t().contiguous())]
+
+        return lambda: make_fx(f, tracing_mode=tracing_mode)(torch.randn(2, 3), torch.randn(4, 3))
+
+    def backward_trace(self):
+        # fake only: 1.13.1's AccumulateGrad cannot take symbolic strides
+        model = _patchset_mlp()
+        params = {name: p.detach().requires_grad_() for name, p in model.named_parameters()}
+
+        def step(params, x):
+            loss = stateless.functional_call(model, params, (x,)).sum()
+            loss.backward()
+            return [p.grad for p in params.values()]
+
+        return lambda: make_fx(step, tracing_mode="fake")(params, torch.randn(5, 4))
+
+    def test_make_fx_fake_with_view_ops_frees_modes(self):
+        self.assert_traces_free_modes(self.view_ops_trace("fake"))
+
+    def test_make_fx_symbolic_with_view_ops_frees_modes(self):
+        self.assert_traces_free_modes(self.view_ops_trace("symbolic"))
+
+    def test_make_fx_fake_backward_through_functional_call_frees_modes(self):
+        self.assert_traces_free_modes(self.backward_trace())
+
+    def test_make_fx_fake_inplace_op_on_base_of_view_frees_modes(self):
+        def f(x):
+            v = x.t()
+            x.mul_(2)
+            return [v + 1]
+
+        self.assert_traces_free_modes(lambda: make_fx(f, tracing_mode="fake")(torch.randn(2, 3)))
+
+    def test_nested_make_fx_frees_modes(self):
+        def f(x):
+            # an inner tracer over the outer trace's fakes, as functorch's cond does
+            inner = get_isolated_graphmodule(lambda y: [y.t()], (x,), {})
+            self.assertEqual(len([n for n in inner.graph.nodes if n.op == "call_function"]), 1)
+            return [x.t() + 1]
+
+        self.assert_traces_free_modes(lambda: make_fx(f, tracing_mode="fake")(torch.randn(2, 3)))
+
+    def test_aot_function_with_fake_tensors_frees_modes(self):
+        from functorch._src import config
+        from functorch.compile import aot_function, nop
+
+        model = _patchset_mlp()
+        names = [name for name, _ in model.named_parameters()]
+        params = [p.detach().requires_grad_() for p in model.parameters()]
+
+        def fn(x, *ps):
+            return stateless.functional_call(model, dict(zip(names, ps)), (x,)).sum()
+
+        x = torch.randn(5, 4)
+        with unittest.mock.patch.object(config, "use_fake_tensor", True):
+            # a fresh aot_function per trace: each call of one would reuse its compiled graphs
+            self.assert_traces_free_modes(lambda: aot_function(fn, nop, nop)(x, *params))
+
+    def test_traced_graph_runs_after_its_mode_is_freed(self):
+        gm = self.view_ops_trace("fake")()
+        gc.collect()
+        x, w = torch.randn(2, 3), torch.randn(4, 3)
+        self.assertEqual(gm(x, w), [w.t(), x.view(-1), x.transpose(0, 1), torch.mm(x, w.t())])
+
+
+class PatchsetProxySlotTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
+
+    def tracked(self, t):
+        proxy = torch.fx.Proxy(self.tracer.graph.placeholder("x"), self.tracer)
+        track_tensor_tree(t, proxy, constant=None, tracer=self.tracer)
+        return proxy
+
+    def test_tracking_leaves_no_state_on_the_tensor(self):
+        t = torch.randn(3)
+        proxy = self.tracked(t)
+        self.assertEqual(t.__dict__, {})
+        self.assertIs(get_proxy_slot(t, self.tracer).proxy, proxy)
+
+    def test_slot_dies_with_its_tensor(self):
+        t = torch.randn(3)
+        self.tracked(t)
+        ref = weakref.ref(t)
+        del t
+        gc.collect()
+        self.assertIsNone(ref())
+        self.assertEqual(len(self.tracer._proxy_slots), 0)
+
+    def test_slots_of_two_tracers_stay_apart(self):
+        second = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
+        t = torch.randn(3)
+        set_proxy_slot(t, self.tracer, "first")
+        self.assertFalse(has_proxy_slot(t, second))
+        self.assertEqual(get_proxy_slot(t, second, "default"), "default")
+        with self.assertRaises(KeyError):
+            get_proxy_slot(t, second)
+        set_proxy_slot(t, second, "second")
+        self.assertEqual(get_proxy_slots(t), {self.tracer: "first", second: "second"})
+        self.assertEqual(get_proxy_slot(t, self.tracer, transform=str.upper), "FIRST")
+
+    def test_get_proxy_slots_of_untracked_object_is_none(self):
+        set_proxy_slot(torch.randn(3), self.tracer, "slot")
+        self.assertIsNone(get_proxy_slots(torch.randn(3)))
+
+    def test_tracer_is_freed_with_its_slots(self):
+        t = torch.randn(3)
+        self.tracked(t)
+        ref = weakref.ref(self.tracer)
+        del self.tracer
+        gc.collect()
+        self.assertIsNone(ref())
+        self.assertIsNone(get_proxy_slots(t))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ from patchset_lib.common import PatchsetError, Project, Runner, sha256_bytes, sh
 SYSTEM_PYTHON = Path("/usr/bin/python3.11")
 SYSTEM_TORCH = Path("/usr/lib/python3/dist-packages/torch")
 SYSTEM_SUBCLASSES = SYSTEM_TORCH / "_subclasses"
-OVERLAID = ("torch/_subclasses/fake_tensor.py", "torch/_subclasses/meta_utils.py")
+OVERLAID = ("torch/_subclasses/fake_tensor.py", "torch/_subclasses/meta_utils.py",
+            "torch/fx/experimental/proxy_tensor.py")
 # Appended to the throwaway overlay's copies, so "overlay loaded" is observable and hashes differ.
 MARKER = b"\nPATCHSET_TEST_OVERLAY = True  # throwaway overlay made by the tests\n"
 TOOL_FILES = ("__init__.py", "cli.py", "common.py", "overlay_finder.py", "install_cmd.py",
@@ -92,6 +93,9 @@ def make_pip_venv(where: Path, version: str = "1.13.1") -> Path:
     (site / "torch" / "version.py").write_text(f"__version__ = '{version}'\ndebug = False\n")
     for source in sorted(SYSTEM_SUBCLASSES.glob("*.py")):
         shutil.copy2(source, subclasses / source.name)
+    for path in OVERLAID:  # the overlaid modules outside _subclasses
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(SYSTEM_TORCH.parent / path, site / path)
     dist_info = site / f"torch-{version}.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
@@ -143,7 +147,8 @@ def test_project_venv_install_loads_overlay_and_writes_only_two_files(project: P
     assert (site / "patchset_overlay.pth").read_text() == "import patchset_overlay\n"
     hook = (site / "patchset_overlay.py").read_text()
     assert f"OVERLAY_ROOT = {str(project.overlay.resolve())!r}" in hook
-    assert "MODULES = ('torch._subclasses.fake_tensor', 'torch._subclasses.meta_utils')" in hook
+    assert ("MODULES = ('torch._subclasses.fake_tensor', 'torch._subclasses.meta_utils', "
+            "'torch.fx.experimental.proxy_tensor')") in hook
 
     assert loaded_file(project.venv_python, overlay_on=True) == str(
         (project.overlay / "torch/_subclasses/fake_tensor.py").resolve())

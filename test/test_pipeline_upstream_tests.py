@@ -145,6 +145,7 @@ def test_parse_selection() -> None:
     selection = ut.parse_selection("test/test_fake_tensor.py::FakeTensorTest", None)
     assert selection.target() == "test_fake_tensor.py::FakeTensorTest"
     assert ut.DEFAULT_SELECTIONS[1].label == "test/test_meta.py -k TestMetaConverter"
+    assert ut.DEFAULT_SELECTIONS[2].label == "test/test_proxy_tensor.py -k 'not TestProxyTensorOpInfo'"
 
 
 # --- end to end on a synthetic checkout ---------------------------------------------------------

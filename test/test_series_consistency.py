@@ -74,6 +74,9 @@ def test_this_interpreter_loads_the_overlay() -> None:
     overlay = REPO / "torch_overlay" / "torch" / "_subclasses"
     assert Path(fake_tensor.__file__) == overlay / "fake_tensor.py"
     assert Path(meta_utils.__file__) == overlay / "meta_utils.py"
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+    assert Path(proxy_tensor.__file__) == REPO / "torch_overlay/torch/fx/experimental/proxy_tensor.py"
 
 
 def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:

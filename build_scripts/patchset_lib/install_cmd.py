@@ -504,8 +504,8 @@ def cmd_uninstall(project: Project, runner: Runner, args: argparse.Namespace) ->
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    python_help = ("interpreter of a venv with pip's torch==1.13.1 whose torch/_subclasses files get "
-                   "replaced (originals backed up in .cache/backups/); default: the project .venv, "
+    python_help = ("interpreter of a venv with pip's torch==1.13.1 whose torch modules of the "
+                   "overlay MANIFEST get replaced (originals backed up in .cache/backups/); default: the project .venv, "
                    "which gets an import hook instead")
     install = subparsers.add_parser("install", help="make a venv's torch load the patched overlay")
     install.add_argument("--python", metavar="PATH", help=python_help)

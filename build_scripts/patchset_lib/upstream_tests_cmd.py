@@ -69,6 +69,9 @@ class Selection:
 DEFAULT_SELECTIONS: Tuple[Selection, ...] = (
     Selection("test/test_fake_tensor.py"),
     Selection("test/test_meta.py", ("-k", "TestMetaConverter")),
+    # make_fx over every OpInfo (1,806 tests) takes most of an hour per side on 2 cores: run it
+    # with `--files test/test_proxy_tensor.py`.
+    Selection("test/test_proxy_tensor.py", ("-k", "not TestProxyTensorOpInfo")),
 )
 
 
@@ -342,7 +345,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--files", nargs="+", metavar="FILE",
         help="test files relative to the checkout, optionally with ::node suffixes "
-        "(default: test/test_fake_tensor.py and test/test_meta.py -k TestMetaConverter)",
+        "(default: test/test_fake_tensor.py, test/test_meta.py -k TestMetaConverter and "
+        "test/test_proxy_tensor.py -k 'not TestProxyTensorOpInfo')",
     )
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression for --files")
     parser.add_argument(

@@ -13,7 +13,8 @@ FakeTensorMode(allow_fallback_kernels=True).  Each (op, variant, sample) is clas
   clear error      the fake raises a NotImplementedError or a FakeTensor exception
   crash            the fake raises anything else, or the worker process dies
   skipped          the real run raises, or the inputs cannot be faked
-and marked when it reached the fallback kernel.  Unpatched (PATCHSET_OVERLAY=0) and patched
+and marked when it reached the fallback kernel, and when the fake inputs already differed from
+the real ones before the op ran (a conversion difference, not the op's).  Unpatched (PATCHSET_OVERLAY=0) and patched
 (PATCHSET_OVERLAY=1) run as two workers of the same interpreter; the summary puts them side by
 side and lists every silent mismatch.  Exit status 1 when the patched side has a silent
 mismatch the unpatched side does not (with --fail-on-mismatch: any patched silent mismatch).
@@ -129,15 +130,13 @@ def is_clear_error(error: BaseException) -> bool:
     ))
 
 
-def run_case(op: Any, variant: str, sample_index: int, dtype: Any, fallback: List[int]) -> Record:
+def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: List[int]) -> Record:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._pytree import tree_map
 
     record: Record = {"op": op_key(op), "variant": variant, "sample": sample_index,
                       "fallback": False, "detail": ""}
-    torch.manual_seed(sample_index)
-    sample = list(op.sample_inputs("cpu", dtype, requires_grad=False))[sample_index]
     outs = None
     try:
         if variant == "out":
@@ -150,6 +149,9 @@ def run_case(op: Any, variant: str, sample_index: int, dtype: Any, fallback: Lis
         fake_outs = tree_map(to_fake, outs)
         real_inputs = flat_tensors((sample.input, sample.args, sample.kwargs, outs))
         fake_inputs = flat_tensors((fake_sample.input, fake_sample.args, fake_sample.kwargs, fake_outs))
+        # a difference already there before the op is the conversion's, not the op's
+        record["conversion"] = [describe(t, real_inputs) for t in real_inputs] != \
+            [describe(t, fake_inputs) for t in fake_inputs]
         real = call_variant(op, variant, sample, outs)
     except Exception as error:  # the real run or the conversion: nothing to compare
         return {**record, "class": "skipped", "detail": f"{type(error).__name__}: {error}"[:200]}
@@ -208,15 +210,15 @@ def worker(args: argparse.Namespace) -> int:
         dtype = pick_dtype(op)
         if dtype is None:
             continue
-        try:
-            n_samples = len(list(op.sample_inputs("cpu", dtype, requires_grad=False)))
-        except Exception:
-            continue
-        if args.quick:
-            n_samples = min(n_samples, QUICK_SAMPLES)
         for variant in variants_of(op):
-            for index in range(n_samples):
-                print(json.dumps(run_case(op, variant, index, dtype, fallback)), flush=True)
+            # fresh samples per variant: in-place and out= runs change them
+            torch.manual_seed(0)
+            try:
+                samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+            except Exception:
+                break
+            for index, sample in enumerate(samples[:QUICK_SAMPLES] if args.quick else samples):
+                print(json.dumps(run_case(op, variant, index, sample, fallback)), flush=True)
     return 0
 
 
@@ -293,7 +295,8 @@ def report(sides: Dict[str, List[Record]], fail_on_any: bool) -> int:
         print(f"\nsilent mismatches, {label}: {len(found)}")
         for (op, variant, sample), r in sorted(found.items()):
             tag = "" if label == "unpatched" else (" (also unpatched)" if (op, variant, sample) in before else " (NEW)")
-            via = " [fallback]" if r["fallback"] else ""
+            via = (" [fallback]" if r["fallback"] else "") + \
+                (" [inputs differ after conversion]" if r.get("conversion") else "")
             print(f"  {op} {variant} sample {sample}{via}{tag}: {r['detail']}")
     new = [key for key in after if key not in before]
     if new:

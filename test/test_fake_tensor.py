@@ -16,6 +16,7 @@ import weakref
 
 import torch
 from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
     FakeTensor,
     FakeTensorMode,
     run_fallback_kernel,
@@ -1237,6 +1238,15 @@ class FallbackKernelFidelityTest(TestCase):
         self.assertIs(result, fout)
         self.assertEqual(self._layout(fout), self._layout(real_out))
         self.assertEqual(fout.size(), (6, 3))
+
+    def test_number_read_from_stand_ins_raises_data_dependent(self):
+        mode = FakeTensorMode()
+        start = mode.from_tensor(torch.tensor(2))
+        self.assertEqual(torch.ops.aten._local_scalar_dense(torch.tensor(2)), 2)
+        with self.assertRaises(DataDependentOutputException) as cm:
+            with mode:
+                torch.ops.aten._local_scalar_dense(start)
+        self.assertIn("_local_scalar_dense", str(cm.exception))
 
     def test_known_output_comes_back_as_memoized_fake(self):
         mode = FakeTensorMode()

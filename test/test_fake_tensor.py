@@ -1164,6 +1164,19 @@ class FallbackKernelFidelityTest(TestCase):
         self.assertEqual(real, ("AsStridedBackward0", "CopySlices"))
         self.assertEqual(fake, real)
 
+    def test_grad_through_view_output_matches_real(self):
+        def run(leaf, mode):
+            with mode:
+                view = _patchset_ops.narrow_view(leaf.clone())
+                (grad,) = torch.autograd.grad(view.sum(), leaf)
+            return grad
+
+        real = run(torch.randn(4, 3, requires_grad=True), contextlib.nullcontext())
+        mode = FakeTensorMode()
+        fake = run(mode.from_tensor(torch.randn(4, 3, requires_grad=True)), mode)
+        self.assertIsInstance(fake, FakeTensor)
+        self.assertEqual(self._layout(fake), self._layout(real))
+
     def test_raw_storage_kernel_on_offset_noncontiguous_input(self):
         x = torch.randn(6, 4)[1:, 1:3]
         real = _patchset_ops.raw_strided(x)
@@ -1247,6 +1260,24 @@ class FallbackKernelFidelityTest(TestCase):
             with mode:
                 torch.ops.aten._local_scalar_dense(start)
         self.assertIn("_local_scalar_dense", str(cm.exception))
+
+    def test_metadata_answer_from_stand_ins_is_kept(self):
+        x, y = torch.randn(3), torch.randn(3)
+        mode = FakeTensorMode()
+        fx, fy = mode.from_tensor(x), mode.from_tensor(y)
+        with mode:
+            answers = (fx.is_set_to(fx), fx.is_set_to(fy))
+        self.assertEqual(answers, (x.is_set_to(x), x.is_set_to(y)))
+        self.assertEqual(answers, (True, False))
+
+    def test_value_check_leaves_user_random_stream_alone(self):
+        mode = FakeTensorMode()
+        fx, fy = mode.from_tensor(torch.randn(3)), mode.from_tensor(torch.randn(3))
+        state = torch.get_rng_state()
+        with self.assertRaises(DataDependentOutputException):
+            with mode:
+                torch.equal(fx, fy)
+        self.assertTrue(torch.equal(torch.get_rng_state(), state))
 
     def test_known_output_comes_back_as_memoized_fake(self):
         mode = FakeTensorMode()

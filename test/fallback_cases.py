@@ -30,6 +30,8 @@ CASES = [
     ("aliased_inputs", "kernel sees its two inputs x, x[1:] alias"),
     ("known_output", "kernel returns a global the mode converted before"),
     ("complex_view", "kernel view_as_real of a non-contiguous complex input"),
+    ("item", "x[0, 0].item() (aten._local_scalar_dense on the stand-in)"),
+    ("is_set_to", "x.is_set_to(x), x.is_set_to(y) (real: True, False)"),
 ]
 
 
@@ -159,7 +161,19 @@ def case_complex_view(torch, mode, ops, x, known):
     return f"view, layout {'matches torch.view_as_real' if same else 'DIFFERS'}"
 
 
+def case_item(torch, mode, ops, x, known):
+    try:
+        return f"{x[0, 0].item()!r}, silently"
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def case_is_set_to(torch, mode, ops, x, known):
+    return f"{x.is_set_to(x)}, {x.is_set_to(x + 1)}"
+
+
 SPECIAL = {
+    "item": case_item, "is_set_to": case_is_set_to,
     "view_base": case_view_base, "kthvalue_out": case_kthvalue_out, "take_out": case_take_out,
     "multinomial": case_multinomial, "raw_strided": case_raw_strided,
     "aliased_inputs": case_aliased_inputs, "known_output": case_known_output,

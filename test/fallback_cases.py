@@ -30,7 +30,7 @@ CASES = [
     ("aliased_inputs", "kernel sees its two inputs x, x[1:] alias"),
     ("known_output", "kernel returns a global the mode converted before"),
     ("complex_view", "kernel view_as_real of a non-contiguous complex input"),
-    ("item", "x[0, 0].item() (aten._local_scalar_dense on the stand-in)"),
+    ("item", "kernel int((x > 0).sum()) (op not tagged data_dependent_output), throw_on_data_dependent_ops=True"),
     ("is_set_to", "x.is_set_to(x), x.is_set_to(y) (real: True, False)"),
 ]
 
@@ -63,6 +63,7 @@ def run_cases() -> dict:
             int(x.storage().data_ptr() == y.storage().data_ptr()))),
         "known_output": ("known_output(Tensor x) -> Tensor", lambda x: known),
         "as_real": ("as_real(Tensor(a) x) -> Tensor(a)", lambda x: torch.view_as_real(x)),
+        "positives": ("positives(Tensor x) -> int", lambda x: int((x > 0).sum())),
     })
     for name, (schema, kernel) in kernels.items():
         lib.define(schema)
@@ -162,10 +163,13 @@ def case_complex_view(torch, mode, ops, x, known):
 
 
 def case_item(torch, mode, ops, x, known):
+    mode.throw_on_data_dependent_ops = True
     try:
-        return f"{x[0, 0].item()!r}, silently"
+        return f"{ops.positives(x)!r}, silently"
     except Exception as exc:
         return type(exc).__name__
+    finally:
+        mode.throw_on_data_dependent_ops = False
 
 
 def case_is_set_to(torch, mode, ops, x, known):

@@ -139,6 +139,11 @@ def _patchset_known_output(x):
     return _patchset_known
 
 
+def _patchset_positives(x):
+    # a number read from the values, not tagged data_dependent_output
+    return int((x > 0).sum())
+
+
 _patchset_lib = torch.library.Library("patchset_test", "DEF")
 for _schema, _kernel in [
     ("mutate_(Tensor(a!) x) -> Tensor(a!)", _patchset_mutate_),
@@ -162,6 +167,7 @@ for _schema, _kernel in [
     ("aliased(Tensor x, Tensor y) -> Tensor", _patchset_aliased),
     ("as_real(Tensor(a) x) -> Tensor(a)", _patchset_as_real),
     ("known_output(Tensor x) -> Tensor", _patchset_known_output),
+    ("positives(Tensor x) -> int", _patchset_positives),
 ]:
     _patchset_lib.define(_schema)
     _patchset_lib.impl(_schema.split("(")[0], _kernel, "CPU")
@@ -1253,17 +1259,26 @@ class FallbackKernelFidelityTest(TestCase):
         self.assertEqual(fout.size(), (6, 3))
 
     def test_number_read_from_stand_ins_raises_data_dependent(self):
-        mode = FakeTensorMode()
-        start = mode.from_tensor(torch.tensor(2))
-        self.assertEqual(torch.ops.aten._local_scalar_dense(torch.tensor(2)), 2)
+        mode = FakeTensorMode(throw_on_data_dependent_ops=True)
+        x = torch.ones(4)
+        self.assertEqual(_patchset_ops.positives(x), 4)
+        fx = mode.from_tensor(x)
         with self.assertRaises(DataDependentOutputException) as cm:
             with mode:
-                torch.ops.aten._local_scalar_dense(start)
-        self.assertIn("_local_scalar_dense", str(cm.exception))
+                _patchset_ops.positives(fx)
+        self.assertIn("positives", str(cm.exception))
+
+    def test_number_read_from_stand_ins_returned_without_throw_flag(self):
+        # 1.13.1's contract for ops tagged data_dependent_output, kept for the fallback
+        mode = FakeTensorMode(throw_on_data_dependent_ops=False)
+        fx = mode.from_tensor(torch.ones(4))
+        with mode:
+            value = _patchset_ops.positives(fx)
+        self.assertIsInstance(value, int)
 
     def test_metadata_answer_from_stand_ins_is_kept(self):
         x, y = torch.randn(3), torch.randn(3)
-        mode = FakeTensorMode()
+        mode = FakeTensorMode(throw_on_data_dependent_ops=True)
         fx, fy = mode.from_tensor(x), mode.from_tensor(y)
         with mode:
             answers = (fx.is_set_to(fx), fx.is_set_to(fy))
@@ -1271,12 +1286,12 @@ class FallbackKernelFidelityTest(TestCase):
         self.assertEqual(answers, (True, False))
 
     def test_value_check_leaves_user_random_stream_alone(self):
-        mode = FakeTensorMode()
+        mode = FakeTensorMode(throw_on_data_dependent_ops=True)
         fx, fy = mode.from_tensor(torch.randn(3)), mode.from_tensor(torch.randn(3))
         state = torch.get_rng_state()
         with self.assertRaises(DataDependentOutputException):
             with mode:
-                torch.equal(fx, fy)
+                _patchset_ops.positives(fx)
         self.assertTrue(torch.equal(torch.get_rng_state(), state))
 
     def test_known_output_comes_back_as_memoized_fake(self):

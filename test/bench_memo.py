@@ -2,6 +2,9 @@
 """Benchmark of the series: real tracing workloads R1-R5 (make_fx, aot_function and FakeTensorProp
 freeing their FakeTensorModes, patch 0004) and the converter memo workloads W1-W4 (patch 0001).
 
+F1 measures patch 0003 instead: the peak memory of a fallback kernel whose output is a view of
+a big input, against the real zero stand-in the fallback cannot do without.
+
 Not a test: pytest does not collect this file (its name does not start with ``test_``), and it
 asserts nothing. It prints figures next to the targets of the issue (PASS/MISS).
 
@@ -37,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "W1", "W2", "W3", "W3v", "W4")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "W1", "W2", "W3", "W3v", "W4", "F1")
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
@@ -53,10 +56,11 @@ FULL_SIZES: Dict[str, int] = {
     "w4_hits": 100_000,
     "r1_traces": 200,
     "r_traces": 100,
+    "f1_elements": 50_000_000,
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
-    r1_traces=20, r_traces=10,
+    r1_traces=20, r_traces=10, f1_elements=5_000_000,
 )
 
 
@@ -466,6 +470,50 @@ def work_r5(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
                         sizes["r1_traces"], release=kept.clear)
 
 
+def proc_status_kb(field: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def work_f1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    """A fallback op (torch.library, CPU kernel only) returning a view of a big input: the peak
+    RSS of the call against the real zero stand-in the fallback has to make."""
+    n = sizes["f1_elements"]
+    lib = torch.library.Library("bench_f1", "DEF")
+    lib.define("tail(Tensor(a) x) -> Tensor(a)")
+    lib.impl("tail", lambda x: x[1:], "CPU")
+    mode = mode_cls()
+    with mode:
+        fx = torch.empty(n)
+    gc.collect()
+    before = proc_status_kb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # resets VmHWM (the peak) to the current RSS
+    outcome = "view of the input fake"
+    try:
+        with mode:
+            out = torch.ops.bench_f1.tail(fx)
+        if tuple(out.shape) != (n - 1,) or torch._C._storage_id(out) != torch._C._storage_id(fx):
+            outcome = "wrong result"
+    except NotImplementedError:
+        outcome = "NotImplementedError"
+    peak = proc_status_kb("VmHWM")
+    stand_ins_mb = n * 4 / 2**20
+    growth_mb = None if before is None or peak is None else (peak - before) / 1024
+    return {
+        "outcome": outcome,
+        "stand_ins_mb": stand_ins_mb,
+        "peak_rss_growth_mb": growth_mb,
+        "peak_over_stand_ins": None if growth_mb is None else growth_mb / stand_ins_mb,
+    }
+
+
 WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "W1": work_w1,
     "W2": work_w2,
@@ -477,6 +525,7 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "R3": work_r3,
     "R4": work_r4,
     "R5": work_r5,
+    "F1": work_f1,
 }
 
 
@@ -627,6 +676,12 @@ R_ROWS: List[Tuple[str, str, str]] = [
     ("finalizers_added", "finalizers added", "count"),
 ]
 ROWS.update({name: R_ROWS for name in ("R1", "R2", "R3", "R4", "R5")})
+ROWS["F1"] = [
+    ("outcome", "result of the call", "info"),
+    ("stand_ins_mb", "real zero stand-in (MB)", "info"),
+    ("peak_rss_growth_mb", "peak RSS growth during the call (MB)", "mem"),
+    ("peak_over_stand_ins", "peak growth / stand-in size", "mem"),
+]
 
 TITLES = {
     "W1": "W1 many modes: {w1_modes:,} modes x the same {params:,} Parameters(64x64), "
@@ -642,6 +697,7 @@ TITLES = {
     "R3": "R3 {r_traces:,} x make_fx fake: nn.TransformerEncoderLayer, loss.backward()",
     "R4": "R4 {r_traces:,} x functorch aot_function (use_fake_tensor=True): MLP forward+backward",
     "R5": "R5 {r1_traces:,} x FakeTensorProp(...).propagate: MLP with parameters as inputs",
+    "F1": "F1 fallback op returning a view of a {f1_elements:,}-element float32 input",
 }
 
 
@@ -735,6 +791,9 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
         # Timings on this shared machine move by about 10% between runs.
         out["ms_per_trace"] = ("<= unpatched (+10%)", verdict(
             None if ref is None else cmp("ms_per_trace", lambda v: v <= ref * 1.1)))
+    if workload == "F1":
+        out["peak_over_stand_ins"] = ("<= 1.1 (stand-ins + 10%)",
+                                      verdict(cmp("peak_over_stand_ins", lambda v: v <= 1.1)))
     return out
 
 

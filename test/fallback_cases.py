@@ -21,7 +21,17 @@ CASES = [
     ("second_view", "returns a view of its second input"),
     ("dtype_view", "returns a dtype view of its input"),
     ("strided_input_view", "narrow view of a non-contiguous, offset fake"),
-    ("not_a_view", "returns storage-sharing non-view (reads past input)"),
+    ("not_a_view", "returns a storage-sharing non-view reading past its input (real: the storage grows)"),
+    ("view_base", "narrow view: autograd view of the input fake?"),
+    ("kthvalue_out", "torch.kthvalue(x (5, 6), 2, 1, out=(v, i)), v and i empty"),
+    ("take_out", "torch.take(x, 3 indices, out=o), o empty"),
+    ("multinomial", "torch.multinomial(torch.rand(3, 5), 2)"),
+    ("raw_strided", "kernel x.as_strided((2, 2), (1, 2), 1) on x = base[1:, 1:3] (real: offset 1)"),
+    ("aliased_inputs", "kernel sees its two inputs x, x[1:] alias"),
+    ("known_output", "kernel returns a global the mode converted before"),
+    ("complex_view", "kernel view_as_real of a non-contiguous complex input"),
+    ("item", "kernel int((x > 0).sum()) (op not tagged data_dependent_output), throw_on_data_dependent_ops=True"),
+    ("is_set_to", "x.is_set_to(x), x.is_set_to(y) (real: True, False)"),
 ]
 
 
@@ -45,6 +55,16 @@ def run_cases() -> dict:
             lambda x: torch.empty(0).set_(x.storage(), 0, (x.numel() + 1,), (1,)),
         ),
     }
+    known = torch.randn(3, 2)
+    kernels.update({
+        "raw_strided": ("raw_strided(Tensor(a) x) -> Tensor(a)",
+                        lambda x: x.as_strided((2, 2), (1, 2), 1)),
+        "aliased": ("aliased(Tensor x, Tensor y) -> Tensor", lambda x, y: x.new_empty(
+            int(x.storage().data_ptr() == y.storage().data_ptr()))),
+        "known_output": ("known_output(Tensor x) -> Tensor", lambda x: known),
+        "as_real": ("as_real(Tensor(a) x) -> Tensor(a)", lambda x: torch.view_as_real(x)),
+        "positives": ("positives(Tensor x) -> int", lambda x: int((x > 0).sum())),
+    })
     for name, (schema, kernel) in kernels.items():
         lib.define(schema)
         lib.impl(name, kernel, "CPU")
@@ -58,7 +78,8 @@ def run_cases() -> dict:
         if isinstance(out, FakeTensor):
             for name, inp in (("x", x), ("y", y)):
                 if torch._C._storage_id(out) == torch._C._storage_id(inp):
-                    return f"fake view of {name} {tuple(out.shape)}"
+                    kind = "fake view" if out._is_view() else "fake on the storage"
+                    return f"{kind} of {name} {tuple(out.shape)}"
             return f"fresh fake on {out.device}"
         return type(out).__name__
 
@@ -76,6 +97,10 @@ def run_cases() -> dict:
                     same = (out.stride(), out.storage_offset()) == (ref.stride(), ref.storage_offset())
                     results[name] = f"view, layout {'matches' if same else 'DIFFERS'}"
                     continue
+                special = SPECIAL.get(name)
+                if special is not None:
+                    results[name] = special(torch, mode, ops, x, known)
+                    continue
                 args = (x, y) if name == "second_view" else (x,)
                 results[name] = describe(getattr(ops, name)(*args), x, y)
         except NotImplementedError as exc:
@@ -84,6 +109,80 @@ def run_cases() -> dict:
                 f": ...{last[-60:]}" if "FakeTensor fallback" in last else " (bare)"
             )
     return {"file": fake_tensor.__file__, "results": results}
+
+
+def case_view_base(torch, mode, ops, x, known):
+    out = ops.narrow_view(x)
+    return f"_is_view() {out._is_view()}, _base is x: {out._base is x}"
+
+
+def case_kthvalue_out(torch, mode, ops, x, known):
+    v, i = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.kthvalue(torch.empty(5, 6), 2, 1, out=(v, i))
+    return f"v {tuple(v.shape)}, i {tuple(i.shape)} (real (5,), (5,))"
+
+
+def case_take_out(torch, mode, ops, x, known):
+    o = torch.empty(0)
+    torch.take(x, torch.tensor([0, 1, 2]), out=o)
+    return f"o {tuple(o.shape)} (real (3,))"
+
+
+def case_multinomial(torch, mode, ops, x, known):
+    try:
+        torch.multinomial(torch.rand(3, 5), 2)
+    except Exception as exc:
+        says = "names zero-filled stand-ins" if "zero-filled stand-ins" in str(exc) else "bare"
+        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "none"
+        return f"{type(exc).__name__} ({says}, __cause__ {cause})"
+    return "no error"
+
+
+def case_raw_strided(torch, mode, ops, x, known):
+    out = ops.raw_strided(torch.empty(6, 4)[1:, 1:3])
+    return f"storage offset {out.storage_offset()}"
+
+
+def case_aliased_inputs(torch, mode, ops, x, known):
+    return "yes" if ops.aliased(x, x[1:]).shape == (1,) else "no (real: yes)"
+
+
+def case_known_output(torch, mode, ops, x, known):
+    memoized = mode.from_tensor(known)
+    return "its memoized fake" if ops.known_output(x) is memoized else "a new fake"
+
+
+def case_complex_view(torch, mode, ops, x, known):
+    c = torch.empty(4, 6, dtype=torch.complex64)[:, 1:5:2]
+    try:
+        out, ref = ops.as_real(c), torch.view_as_real(c)
+    except NotImplementedError as exc:
+        return "NotImplementedError: ..." + str(exc).strip().splitlines()[-1][-50:]
+    same = (out.shape, out.stride(), out.storage_offset()) == (ref.shape, ref.stride(), ref.storage_offset())
+    return f"view, layout {'matches torch.view_as_real' if same else 'DIFFERS'}"
+
+
+def case_item(torch, mode, ops, x, known):
+    mode.throw_on_data_dependent_ops = True
+    try:
+        return f"{ops.positives(x)!r}, silently"
+    except Exception as exc:
+        return type(exc).__name__
+    finally:
+        mode.throw_on_data_dependent_ops = False
+
+
+def case_is_set_to(torch, mode, ops, x, known):
+    return f"{x.is_set_to(x)}, {x.is_set_to(x + 1)}"
+
+
+SPECIAL = {
+    "item": case_item, "is_set_to": case_is_set_to,
+    "view_base": case_view_base, "kthvalue_out": case_kthvalue_out, "take_out": case_take_out,
+    "multinomial": case_multinomial, "raw_strided": case_raw_strided,
+    "aliased_inputs": case_aliased_inputs, "known_output": case_known_output,
+    "complex_view": case_complex_view,
+}
 
 
 def run_runtime(python: str, overlay: str) -> dict:

@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES = [
     "test_cmd",
     "status_cmd",
     "bench_cmd",
+    "crossref_cmd",
     "tests_patch_cmd",
     "export_cmd",
     "refresh_cmd",

@@ -1,0 +1,69 @@
+"""`patchset crossref`: FakeTensorMode against real execution over every OpInfo (test/crossref.py).
+
+The script drives its own workers (unpatched and patched, the same venv with PATCHSET_OVERLAY=0
+and =1); this command only checks that the pieces exist and starts it, forwarding the options.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import List, Optional
+
+from .bench_cmd import check_overlay_hook, check_venv
+from .common import PatchsetError, Project, Runner
+
+CROSSREF_SCRIPT = "crossref.py"
+
+
+def crossref_script(project: Project) -> Path:
+    return project.tests / CROSSREF_SCRIPT
+
+
+def check_crossref_script(project: Project) -> Optional[str]:
+    if not crossref_script(project).is_file():
+        return f"cross-reference script {crossref_script(project)} is missing"
+    return None
+
+
+def forwarded_args(args: argparse.Namespace) -> List[str]:
+    argv: List[str] = []
+    if args.ops:
+        argv += ["--ops", args.ops]
+    if args.k:
+        argv += ["-k", args.k]
+    if args.quick:
+        argv.append("--quick")
+    if args.fail_on_mismatch:
+        argv.append("--fail-on-mismatch")
+    if args.json:
+        argv += ["--json", str(Path(args.json).resolve())]
+    return argv
+
+
+def run_crossref(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    errors = [error for error in (check_crossref_script(project), check_venv(project),
+                                  check_overlay_hook(project)) if error]
+    if errors:
+        raise PatchsetError("; ".join(errors))
+    argv = [str(project.venv_python), str(crossref_script(project)), *forwarded_args(args)]
+    # The report is the product: stream it, and report failure through the exit code.
+    return runner.run(argv, cwd=project.root, check=False).returncode
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "crossref",
+        help="compare FakeTensorMode with real execution over every OpInfo, unpatched vs patched",
+        description="Run test/crossref.py with the project venv: every op of 1.13.1's op_db "
+        "(functional, in-place and out= variants, CPU samples, one dtype) for real and under "
+        "FakeTensorMode(allow_fallback_kernels=True), unpatched and patched side by side. "
+        "Exits 1 when the patched side has a silent mismatch the unpatched side does not. "
+        "The full run takes tens of minutes; progress goes to stderr.",
+    )
+    parser.add_argument("--ops", help="comma-separated op names")
+    parser.add_argument("-k", help="only ops whose name contains this string")
+    parser.add_argument("--quick", action="store_true", help="first 2 samples per op and variant")
+    parser.add_argument("--fail-on-mismatch", action="store_true",
+                        help="exit 1 on any patched silent mismatch, not only new ones")
+    parser.add_argument("--json", help="also write every record to this file")
+    parser.set_defaults(func=run_crossref)

@@ -1,0 +1,341 @@
+"""Cross-reference of FakeTensorMode against real execution over 1.13.1's OpInfo database.
+
+Not collected by pytest.  `patchset crossref` runs it; by hand:
+    .venv/bin/python test/crossref.py [--ops kthvalue,take] [-k EXPR] [--quick]
+For every op of torch.testing._internal.common_methods_invocations.op_db and its CPU sample
+inputs (one dtype: float32, or the op's first supported one), the functional form and the
+in-place and out= variants where the OpInfo has them run once for real and once under
+FakeTensorMode(allow_fallback_kernels=True).  Each (op, variant, sample) is classified:
+  same             the fake's outputs and mutated inputs have the real dtype, shape, stride,
+                   storage offset, device, view-ness and aliasing (is an input / shares an
+                   input's storage)
+  silent mismatch  the fake returns, but something of the above differs
+  clear error      the fake raises a NotImplementedError or a FakeTensor exception
+  crash            the fake raises anything else, or the worker process dies
+  skipped          the real run raises, or the inputs cannot be faked
+and marked when it reached the fallback kernel, and when the fake inputs already differed from
+the real ones before the op ran (a conversion difference, not the op's).  Unpatched (PATCHSET_OVERLAY=0) and patched
+(PATCHSET_OVERLAY=1) run as two workers of the same interpreter; the summary puts them side by
+side and lists every silent mismatch.  Exit status 1 when the patched side has a silent
+mismatch the unpatched side does not (with --fail-on-mismatch: any patched silent mismatch).
+Progress goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+CLASSES = ("same", "silent mismatch", "clear error", "crash", "skipped")
+VARIANTS = ("functional", "inplace", "out")
+QUICK_SAMPLES = 2
+Record = Dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Worker: runs under the torch the interpreter loads.
+
+
+def op_key(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def select_ops(op_db: Sequence[Any], names: Optional[List[str]], expr: Optional[str]) -> List[Any]:
+    chosen = []
+    for op in op_db:
+        key = op_key(op)
+        if names and op.name not in names and key not in names:
+            continue
+        if expr and expr not in key:
+            continue
+        chosen.append(op)
+    return chosen
+
+
+def pick_dtype(op: Any) -> Any:
+    import torch
+
+    dtypes = op.supported_dtypes("cpu")
+    if torch.float32 in dtypes:
+        return torch.float32
+    return sorted(dtypes, key=str)[0] if dtypes else None
+
+
+def describe(t: Any, inputs: Sequence[Any]) -> Any:
+    """The metadata compared between real and fake, aliasing relative to the inputs."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return ["value", type(t).__name__]
+    if t.layout != torch.strided:
+        return [str(t.layout), str(t.dtype), list(t.shape), t.device.type]
+    alias = "fresh"
+    for index, inp in enumerate(inputs):
+        if t is inp:
+            alias = f"is input {index}"
+            break
+        if inp.layout == torch.strided and torch._C._storage_id(t) == torch._C._storage_id(inp):
+            alias = f"shares storage of input {index}"
+            break
+    return [str(t.dtype), list(t.shape), list(t.stride()), t.storage_offset(), t.device.type,
+            t._is_view(), alias]
+
+
+def flat_tensors(tree: Any) -> List[Any]:
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def call_variant(op: Any, variant: str, sample: Any, outs: Any) -> Any:
+    if variant == "functional":
+        return op(sample.input, *sample.args, **sample.kwargs)
+    if variant == "inplace":
+        return op.inplace_variant(sample.input, *sample.args, **sample.kwargs)
+    return op.op(sample.input, *sample.args, out=outs, **sample.kwargs)
+
+
+def empty_outs(result: Any) -> Any:
+    """out= arguments: empty tensors of the functional result's dtypes, which the op resizes."""
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        return torch.empty(0, dtype=result.dtype)
+    if isinstance(result, (tuple, list)) and all(isinstance(r, torch.Tensor) for r in result):
+        return tuple(torch.empty(0, dtype=r.dtype) for r in result)
+    return None
+
+
+def variants_of(op: Any) -> List[str]:
+    found = ["functional"]
+    if op.inplace_variant is not None:
+        found.append("inplace")
+    if op.supports_out:
+        found.append("out")
+    return found
+
+
+def is_clear_error(error: BaseException) -> bool:
+    from torch._subclasses import fake_tensor
+
+    return isinstance(error, (
+        NotImplementedError,
+        fake_tensor.UnsupportedFakeTensorException,
+        fake_tensor.DynamicOutputShapeException,
+        fake_tensor.DataDependentOutputException,
+    ))
+
+
+def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: List[int]) -> Record:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._pytree import tree_map
+
+    record: Record = {"op": op_key(op), "variant": variant, "sample": sample_index,
+                      "fallback": False, "detail": ""}
+    outs = None
+    try:
+        if variant == "out":
+            outs = empty_outs(call_variant(op, "functional", sample, None))
+            if outs is None:
+                return {**record, "class": "skipped", "detail": "no tensor outputs for out="}
+        mode = FakeTensorMode(allow_fallback_kernels=True)
+        to_fake = lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t  # noqa: E731
+        fake_sample = sample.transform(to_fake) if hasattr(sample, "transform") else None
+        fake_outs = tree_map(to_fake, outs)
+        real_inputs = flat_tensors((sample.input, sample.args, sample.kwargs, outs))
+        fake_inputs = flat_tensors((fake_sample.input, fake_sample.args, fake_sample.kwargs, fake_outs))
+        # a difference already there before the op is the conversion's, not the op's
+        record["conversion"] = [describe(t, real_inputs) for t in real_inputs] != \
+            [describe(t, fake_inputs) for t in fake_inputs]
+        real = call_variant(op, variant, sample, outs)
+    except Exception as error:  # the real run or the conversion: nothing to compare
+        return {**record, "class": "skipped", "detail": f"{type(error).__name__}: {error}"[:200]}
+    before = fallback[0]
+    try:
+        with mode:
+            fake = call_variant(op, variant, fake_sample, fake_outs)
+    except Exception as error:
+        kind = "clear error" if is_clear_error(error) else "crash"
+        return {**record, "class": kind, "fallback": fallback[0] > before,
+                "detail": f"{type(error).__name__}: {str(error).splitlines()[-1] if str(error) else ''}"[:300]}
+    record["fallback"] = fallback[0] > before
+    want = [describe(t, real_inputs) for t in flat_tensors(real)] + \
+        [describe(t, real_inputs) for t in real_inputs]
+    got = [describe(t, fake_inputs) for t in flat_tensors(fake)] + \
+        [describe(t, fake_inputs) for t in fake_inputs]
+    if want == got:
+        return {**record, "class": "same"}
+    n_out = len(flat_tensors(real))
+    diffs = [f"{'output' if i < n_out else 'input'} {i if i < n_out else i - n_out}: real {w} fake {g}"
+             for i, (w, g) in enumerate(zip(want, got)) if w != g]
+    if len(want) != len(got):
+        diffs.append(f"{len(want)} tensors real, {len(got)} fake")
+    return {**record, "class": "silent mismatch", "detail": "; ".join(diffs)[:600]}
+
+
+def count_fallbacks() -> List[int]:
+    """Count calls of run_fallback_kernel (the mode looks it up in the module at each call)."""
+    import torch._subclasses.fake_tensor as fake_tensor
+
+    counter = [0]
+    original = fake_tensor.run_fallback_kernel
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        counter[0] += 1
+        return original(*args, **kwargs)
+
+    fake_tensor.run_fallback_kernel = counting
+    return counter
+
+
+def worker(args: argparse.Namespace) -> int:
+    import warnings
+
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    warnings.filterwarnings("ignore")
+    torch.set_default_dtype(torch.float32)
+    fallback = count_fallbacks()
+    names = args.ops.split(",") if args.ops else None
+    ops = select_ops(op_db, names, args.k)[args.skip:]
+    for number, op in enumerate(ops, start=args.skip + 1):
+        print(json.dumps({"start": op_key(op)}), flush=True)
+        print(f"[{args.label} {number}/{args.skip + len(ops)}] {op_key(op)}", file=sys.stderr, flush=True)
+        dtype = pick_dtype(op)
+        if dtype is None:
+            continue
+        for variant in variants_of(op):
+            # fresh samples per variant: in-place and out= runs change them
+            torch.manual_seed(0)
+            try:
+                samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+            except Exception:
+                break
+            for index, sample in enumerate(samples[:QUICK_SAMPLES] if args.quick else samples):
+                print(json.dumps(run_case(op, variant, index, sample, fallback)), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Driver: both runtimes, summary.
+
+
+def worker_argv(args: argparse.Namespace, label: str, skip: int) -> List[str]:
+    argv = [sys.executable, os.path.abspath(__file__), "--worker", "--label", label, "--skip", str(skip)]
+    if args.ops:
+        argv += ["--ops", args.ops]
+    if args.k:
+        argv += ["-k", args.k]
+    if args.quick:
+        argv.append("--quick")
+    return argv
+
+
+def run_side(args: argparse.Namespace, label: str, overlay: str) -> List[Record]:
+    """All records of one runtime; a worker that dies marks its op as a crash and restarts after it."""
+    records: List[Record] = []
+    skip = 0
+    env = {**os.environ, "PATCHSET_OVERLAY": overlay}
+    while True:
+        proc = subprocess.Popen(worker_argv(args, label, skip), stdout=subprocess.PIPE, env=env, text=True)
+        assert proc.stdout is not None
+        current = None
+        started = 0
+        for line in proc.stdout:
+            item = json.loads(line)
+            if "start" in item:
+                current, started = item["start"], started + 1
+            else:
+                records.append(item)
+        if proc.wait() == 0:
+            return records
+        if current is None:
+            raise SystemExit(f"crossref: the {label} worker failed before its first op")
+        records.append({"op": current, "variant": "?", "sample": -1, "class": "crash",
+                        "fallback": False, "detail": f"worker died with status {proc.returncode}"})
+        skip += started
+
+
+def summary_rows(records: List[Record]) -> Dict[str, Dict[str, int]]:
+    rows: Dict[str, Dict[str, int]] = {}
+    for r in records:
+        row = rows.setdefault(r["variant"], {c: 0 for c in CLASSES + ("fallback",)})
+        row[r["class"]] += 1
+        row["fallback"] += int(r["fallback"])
+    return rows
+
+
+def print_summary(sides: Dict[str, List[Record]]) -> None:
+    rows = {label: summary_rows(records) for label, records in sides.items()}
+    heads = ["same", "mismatch", "clear err", "crash", "skipped", "via fallback"]
+    print("\n| variant | side | " + " | ".join(heads) + " |")
+    print("|---|---|" + "---|" * len(heads))
+    for variant in VARIANTS + ("?",):
+        for label in sides:
+            row = rows[label].get(variant)
+            if row is not None:
+                cells = [str(row[c]) for c in CLASSES] + [str(row["fallback"])]
+                print(f"| {variant} | {label} | " + " | ".join(cells) + " |")
+
+
+def mismatch_keys(records: List[Record]) -> Dict[Tuple[str, str, int], Record]:
+    return {(r["op"], r["variant"], r["sample"]): r for r in records if r["class"] == "silent mismatch"}
+
+
+def report(sides: Dict[str, List[Record]], fail_on_any: bool) -> int:
+    print_summary(sides)
+    before, after = mismatch_keys(sides["unpatched"]), mismatch_keys(sides["patched"])
+    for label, found in (("unpatched", before), ("patched", after)):
+        print(f"\nsilent mismatches, {label}: {len(found)}")
+        for (op, variant, sample), r in sorted(found.items()):
+            tag = "" if label == "unpatched" else (" (also unpatched)" if (op, variant, sample) in before else " (NEW)")
+            via = (" [fallback]" if r["fallback"] else "") + \
+                (" [inputs differ after conversion]" if r.get("conversion") else "")
+            print(f"  {op} {variant} sample {sample}{via}{tag}: {r['detail']}")
+    new = [key for key in after if key not in before]
+    if new:
+        print(f"\ncrossref: FAIL: {len(new)} silent mismatch(es) on the patched side only")
+        return 1
+    if fail_on_any and after:
+        print(f"\ncrossref: FAIL: {len(after)} silent mismatch(es) on the patched side")
+        return 1
+    print("\ncrossref: OK")
+    return 0
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ops", help="comma-separated op names (or name.variant_test_name)")
+    parser.add_argument("-k", help="only ops whose name contains this string")
+    parser.add_argument("--quick", action="store_true", help=f"first {QUICK_SAMPLES} samples per op and variant")
+    parser.add_argument("--fail-on-mismatch", action="store_true",
+                        help="exit 1 on any patched silent mismatch, not only new ones")
+    parser.add_argument("--json", help="also write all records to this file")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--label", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        return worker(args)
+    sides = {"unpatched": run_side(args, "unpatched", "0"), "patched": run_side(args, "patched", "1")}
+    if not any(sides.values()):
+        print("crossref: no op matched", file=sys.stderr)
+        return 1
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(sides, f, indent=1)
+    return report(sides, args.fail_on_mismatch)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,6 @@
 
 import contextlib
 import gc
-import re
 import subprocess
 import sys
 import textwrap
@@ -34,12 +33,9 @@ from torch.fx.experimental.proxy_tensor import (
 from torch.nn.utils import stateless
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
-from torch.testing._internal.common_utils import (
-    instantiate_parametrized_tests,
-    parametrize,
-    run_tests,
-    TestCase,
-)
+# TestCase and run_tests on their own: upstream imports them already (see FakeTensor above).
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
 
 # ---------------------------------------------------------------------------------------------
 # Operators without a Meta kernel, so that FakeTensorMode runs them through the fallback kernel.

@@ -32,11 +32,12 @@ PINNED_PIP: Dict[str, str] = {"pytest": "9.2.0", "expecttest": "0.3.0"}
 # `setup --pip`: PyPI's torch 1.13.1 (wheels for CPython 3.7-3.10 only; the default one is the
 # CUDA 11.7 build, ~3.3 GB with its nvidia-* dependencies, which runs on the CPU too). The test
 # tools are pinned to releases that still support all four Pythons; numpy<2 for torch 1.13's
-# C ABI; upstream's test_fake_tensor.py imports numpy, test_meta.py yaml.
+# C ABI; upstream's test_fake_tensor.py imports numpy, test_meta.py yaml; symbolic tracing
+# (make_fx tracing_mode="symbolic") needs sympy, which the wheel does not pull in.
 PIP_VENV = ".venv-pip"
 PIP_PYTHONS = ((3, 10), (3, 9), (3, 8), (3, 7))
 PIP_TORCH_PINS: Dict[str, str] = {"torch": "1.13.1", "numpy": "1.21.6", "PyYAML": "6.0.1",
-                                  "pytest": "7.4.4", "expecttest": "0.1.6"}
+                                  "sympy": "1.10.1", "pytest": "7.4.4", "expecttest": "0.1.6"}
 
 
 # --- apt ----------------------------------------------------------------------------------

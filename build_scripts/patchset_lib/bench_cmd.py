@@ -19,9 +19,10 @@ def bench_script(project: Project) -> Path:
     return project.tests / BENCH_SCRIPT
 
 
-def check_bench_script(project: Project) -> Optional[str]:
-    if not bench_script(project).is_file():
-        return f"benchmark script {bench_script(project)} is missing"
+def check_script(path: Path, what: str) -> Optional[str]:
+    """For the commands that only start a script of test/ with the project venv."""
+    if not path.is_file():
+        return f"{what} {path} is missing"
     return None
 
 
@@ -66,7 +67,7 @@ def forwarded_args(args: argparse.Namespace) -> List[str]:
 
 
 def run_bench(project: Project, runner: Runner, args: argparse.Namespace) -> int:
-    checks = [check_bench_script(project), check_venv(project),
+    checks = [check_script(bench_script(project), "benchmark script"), check_venv(project),
               check_python(args.python_unpatched, "--python-unpatched"),
               check_python(args.python_patched, "--python-patched"),
               check_python(args.vs_python, "--vs-python")]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
-from .bench_cmd import check_overlay_hook, check_venv
+from .bench_cmd import check_overlay_hook, check_script, check_venv
 from .common import PatchsetError, Project, Runner
 
 CROSSREF_SCRIPT = "crossref.py"
@@ -17,12 +17,6 @@ CROSSREF_SCRIPT = "crossref.py"
 
 def crossref_script(project: Project) -> Path:
     return project.tests / CROSSREF_SCRIPT
-
-
-def check_crossref_script(project: Project) -> Optional[str]:
-    if not crossref_script(project).is_file():
-        return f"cross-reference script {crossref_script(project)} is missing"
-    return None
 
 
 def forwarded_args(args: argparse.Namespace) -> List[str]:
@@ -41,7 +35,8 @@ def forwarded_args(args: argparse.Namespace) -> List[str]:
 
 
 def run_crossref(project: Project, runner: Runner, args: argparse.Namespace) -> int:
-    errors = [error for error in (check_crossref_script(project), check_venv(project),
+    errors = [error for error in (check_script(crossref_script(project), "cross-reference script"),
+                                  check_venv(project),
                                   check_overlay_hook(project)) if error]
     if errors:
         raise PatchsetError("; ".join(errors))

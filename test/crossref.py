@@ -194,7 +194,12 @@ def count_fallbacks() -> List[int]:
 
 
 def worker(args: argparse.Namespace) -> int:
+    import importlib
     import warnings
+
+    if args.preload:
+        # an import hook that must be in place before torch is imported
+        importlib.import_module(args.preload)
 
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
@@ -226,8 +231,19 @@ def worker(args: argparse.Namespace) -> int:
 # Driver: both runtimes, summary.
 
 
-def worker_argv(args: argparse.Namespace, label: str, skip: int) -> List[str]:
-    argv = [sys.executable, os.path.abspath(__file__), "--worker", "--label", label, "--skip", str(skip)]
+Side = Dict[str, Any]  # {"python": path, "env": {...}, "preload": module or None}
+
+
+def default_sides() -> Dict[str, Side]:
+    """The interpreter running this script, with its overlay import hook off and on."""
+    return {label: {"python": sys.executable, "env": {"PATCHSET_OVERLAY": overlay}, "preload": None}
+            for label, overlay in (("unpatched", "0"), ("patched", "1"))}
+
+
+def worker_argv(args: argparse.Namespace, label: str, skip: int, side: Side) -> List[str]:
+    argv = [side["python"], os.path.abspath(__file__), "--worker", "--label", label, "--skip", str(skip)]
+    if side.get("preload"):
+        argv += ["--preload", side["preload"]]
     if args.ops:
         argv += ["--ops", args.ops]
     if args.k:
@@ -237,17 +253,22 @@ def worker_argv(args: argparse.Namespace, label: str, skip: int) -> List[str]:
     return argv
 
 
-def run_side(args: argparse.Namespace, label: str, overlay: str) -> List[Record]:
+def run_side(args: argparse.Namespace, label: str, side: Side) -> List[Record]:
     """All records of one runtime; a worker that dies marks its op as a crash and restarts after it."""
     records: List[Record] = []
     skip = 0
-    env = {**os.environ, "PATCHSET_OVERLAY": overlay}
+    env = {**os.environ, **side["env"]}
     while True:
-        proc = subprocess.Popen(worker_argv(args, label, skip), stdout=subprocess.PIPE, env=env, text=True)
+        proc = subprocess.Popen(worker_argv(args, label, skip, side), stdout=subprocess.PIPE, env=env,
+                                text=True)
         assert proc.stdout is not None
         current = None
         started = 0
         for line in proc.stdout:
+            if not line.startswith("{"):
+                # what torch itself prints (e.g. common_utils without hypothesis): not a record
+                sys.stderr.write(line)
+                continue
             item = json.loads(line)
             if "start" in item:
                 current, started = item["start"], started + 1
@@ -317,7 +338,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--fail-on-mismatch", action="store_true",
                         help="exit 1 on any patched silent mismatch, not only new ones")
     parser.add_argument("--json", help="also write all records to this file")
+    parser.add_argument("--sides", help="JSON file: for 'unpatched' and 'patched', the python, env and "
+                        "preload module of its workers (default: this interpreter, PATCHSET_OVERLAY=0/1)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--preload", help=argparse.SUPPRESS)
     parser.add_argument("--label", default="", help=argparse.SUPPRESS)
     parser.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -327,7 +351,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.worker:
         return worker(args)
-    sides = {"unpatched": run_side(args, "unpatched", "0"), "patched": run_side(args, "patched", "1")}
+    if args.sides:
+        with open(args.sides) as f:
+            specs = json.load(f)
+    else:
+        specs = default_sides()
+    sides = {label: run_side(args, label, specs[label]) for label in ("unpatched", "patched")}
     if not any(sides.values()):
         print("crossref: no op matched", file=sys.stderr)
         return 1

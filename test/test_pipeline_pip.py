@@ -177,6 +177,16 @@ def test_upstream_tests_pass_on_installed_pip_torch(installed: Path, patched_che
     assert "patched regressions: 0" in proc.stdout
 
 
+def test_crossref_runs_both_sides_on_installed_pip_torch(installed: Path) -> None:
+    proc = tool("crossref", "--python", str(installed), "--ops", "kthvalue,take", "--quick")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    unpatched = re.search(r"^silent mismatches, unpatched: (\d+)$", proc.stdout, re.M)
+    patched = re.search(r"^silent mismatches, patched: (\d+)$", proc.stdout, re.M)
+    assert unpatched and patched
+    assert int(unpatched.group(1)) > 0  # the unpatched workers really loaded the pristine files
+    assert int(patched.group(1)) == 0
+
+
 # --- finding the interpreter ----------------------------------------------------------------
 
 def test_setup_pip_without_a_python_names_where_it_looked(tmp_path: Path) -> None:

@@ -6,11 +6,15 @@ and =1); this command only checks that the pieces exist and starts it, forwardin
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 from .bench_cmd import check_overlay_hook, check_script, check_venv
 from .common import PatchsetError, Project, Runner
+from .source import ensure_pristine
+from .upstream_tests_cmd import check_overlay, checked_torch_dir, installed_sides, read_manifest
 
 CROSSREF_SCRIPT = "crossref.py"
 
@@ -34,15 +38,36 @@ def forwarded_args(args: argparse.Namespace) -> List[str]:
     return argv
 
 
+def installed_side_specs(project: Project, runner: Runner, python: Path, workdir: Path) -> Dict[str, Dict]:
+    """Worker sides for a venv patched by `install --python`: patched as installed, unpatched
+    through the import hook pointed at the pristine base files (as `upstream-tests --python`)."""
+    entries = read_manifest(project)
+    error = check_overlay(project, entries)
+    if error is not None:
+        raise PatchsetError(error)
+    torch_dir = checked_torch_dir(project, runner, python, entries)
+    ensure_pristine(project, runner)
+    return {side.name: {"python": str(side.python), "env": {**side.env, "PYTHONPATH": str(workdir)},
+                        "preload": side.plugins[0] if side.plugins else None}
+            for side in installed_sides(project, python, torch_dir, entries, workdir)}
+
+
 def run_crossref(project: Project, runner: Runner, args: argparse.Namespace) -> int:
-    errors = [error for error in (check_script(crossref_script(project), "cross-reference script"),
-                                  check_venv(project),
-                                  check_overlay_hook(project)) if error]
+    python = Path(args.python).absolute() if args.python else None
+    checks = [check_script(crossref_script(project), "cross-reference script"), check_venv(project)]
+    if python is None:
+        checks.append(check_overlay_hook(project))
+    errors = [error for error in checks if error]
     if errors:
         raise PatchsetError("; ".join(errors))
     argv = [str(project.venv_python), str(crossref_script(project)), *forwarded_args(args)]
-    # The report is the product: stream it, and report failure through the exit code.
-    return runner.run(argv, cwd=project.root, check=False).returncode
+    with tempfile.TemporaryDirectory(prefix="patchset-crossref-") as tmp:
+        if python is not None:
+            sides_file = Path(tmp) / "sides.json"
+            sides_file.write_text(json.dumps(installed_side_specs(project, runner, python, Path(tmp))))
+            argv += ["--sides", str(sides_file)]
+        # The report is the product: stream it, and report failure through the exit code.
+        return runner.run(argv, cwd=project.root, check=False).returncode
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,4 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fail-on-mismatch", action="store_true",
                         help="exit 1 on any patched silent mismatch, not only new ones")
     parser.add_argument("--json", help="also write every record to this file")
+    parser.add_argument("--python", metavar="PATH",
+                        help="a venv patched by `install --python` (e.g. .venv-pip/bin/python): its "
+                        "workers run patched as installed and unpatched on the pristine base files")
     parser.set_defaults(func=run_crossref)

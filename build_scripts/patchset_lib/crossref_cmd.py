@@ -14,7 +14,6 @@ from typing import Dict, List
 from .bench_cmd import check_overlay_hook, check_script, check_venv
 from .common import PatchsetError, Project, Runner
 from .source import ensure_pristine
-from .upstream_tests_cmd import check_overlay, checked_torch_dir, installed_sides, read_manifest
 
 CROSSREF_SCRIPT = "crossref.py"
 
@@ -41,6 +40,9 @@ def forwarded_args(args: argparse.Namespace) -> List[str]:
 def installed_side_specs(project: Project, runner: Runner, python: Path, workdir: Path) -> Dict[str, Dict]:
     """Worker sides for a venv patched by `install --python`: patched as installed, unpatched
     through the import hook pointed at the pristine base files (as `upstream-tests --python`)."""
+    # imported here: the other subcommands work while these modules are missing or stubbed
+    from .upstream_tests_cmd import check_overlay, checked_torch_dir, installed_sides, read_manifest
+
     entries = read_manifest(project)
     error = check_overlay(project, entries)
     if error is not None:

@@ -33,6 +33,8 @@ from torch.fx.experimental.proxy_tensor import (
 from torch.nn.utils import stateless
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
+from torch.utils._mode_utils import no_dispatch
+from torch.utils._python_dispatch import TorchDispatchMode
 # TestCase and run_tests on their own: upstream imports them already (see FakeTensor above).
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
@@ -477,7 +479,10 @@ class WeakMemoFakeTensorConverterTest(TestCase):
             v = x[1:]
             fx, fv = mode.from_tensor(x), mode.from_tensor(v)
             self.assertEqual(len(conv.tensor_memo), 2)
-            self.assertEqual(len(conv.meta_converter.tensor_memo), 2)
+            # the view's fake is made from its base's fake (an autograd view of it), so
+            # the meta converter converted the base x only
+            self.assertEqual(len(conv.meta_converter.tensor_memo), 1)
+            self.assertIn(x, conv.meta_converter.tensor_memo)
             del v
             self.assertEqual(len(conv.tensor_memo), 1)
             self.assertEqual(len(conv.meta_converter.tensor_memo), 1)
@@ -746,8 +751,13 @@ class WeakMemoRobustnessTest(TestCase):
             self, lambda: _patchset_collect_inside(lambda: mode.from_tensor(yv), box)
         )
         self.assertEqual(log, [True], "the garbage was not collected inside the conversion")
-        self.assertEqual(len(conv.tensor_memo), len(keep) + 1)
-        self.assertEqual(len(conv.meta_converter.tensor_memo), len(keep) + 2)  # yv and its base y
+        # the fake of the view yv is an autograd view of the fake of its base y, which it
+        # keeps alive: both are memoized; the meta converter converted y only (the view's
+        # fake is made from y's fake, not from a meta of yv)
+        self.assertEqual(len(conv.tensor_memo), len(keep) + 2)
+        self.assertIs(conv.tensor_memo.get(y), fyv._base)
+        self.assertEqual(len(conv.meta_converter.tensor_memo), len(keep) + 1)
+        self.assertIn(y, conv.meta_converter.tensor_memo)
         conv.meta_converter.check_for_expired_weak_storages()
         self.assertEqual(len(conv.meta_converter.storage_memo), len(keep) + 1)
         for t, f in zip(keep, keep_fakes):
@@ -1570,16 +1580,14 @@ class ConversionFieldsTest(TestCase):
     @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
     @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
     def test_fake_matches_real(self, case, fast_path):
-        # FakeTensor wrapping detaches (1.13.1): fakes are leaves and never views, so is_leaf,
-        # _is_view() and _base are compared for MetaConverter only.
+        # is_leaf, _is_view() and _base too: FakeTensor wrapping detaches (1.13.1), so fakes of
+        # views and non-leaves are made through autograd from the fake of the base or leaf
         tensors = _patchset_case(case)
         mode = FakeTensorMode()
         mode.fake_tensor_converter.meta_converter.fast_path = fast_path
         outs = [mode.from_tensor(t) for t in tensors]
         self.assertIsInstance(outs[-1], FakeTensor)
-        self._check_fields(
-            outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device, autograd_fields=False
-        )
+        self._check_fields(outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device)
 
     @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
     def test_autograd_grad_through_meta_of_channels_last_non_leaf(self, fast_path):
@@ -1621,6 +1629,201 @@ class ConversionFieldsTest(TestCase):
 
 
 instantiate_parametrized_tests(ConversionFieldsTest)
+
+
+class _PatchsetDispatchRecorder(TorchDispatchMode):
+    def __init__(self):
+        self.log = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.log.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class FakeViewConversionTest(TestCase):
+    """Fakes of views are autograd views of the fake of their base, and fakes of non-leaves
+    have a grad_fn, as the real tensors (FakeTensorConverter; 1.13.1's fakes are detached
+    leaves)."""
+
+    def _check_autograd_fields(self, fake, real):
+        self.assertIsInstance(fake, FakeTensor)
+        self.assertEqual(
+            (fake.shape, fake.stride(), fake.storage_offset(), fake.dtype, fake.device),
+            (real.shape, real.stride(), real.storage_offset(), real.dtype, real.device),
+        )
+        self.assertEqual(fake.requires_grad, real.requires_grad)
+        self.assertEqual(fake.is_leaf, real.is_leaf)
+        self.assertEqual(fake._is_view(), real._is_view())
+        self.assertEqual(fake.grad_fn is None, real.grad_fn is None)
+
+    def test_fake_of_view_is_view_of_base_fake(self):
+        mode = FakeTensorMode()
+        x = torch.randn(4, 6)
+        v = x[1:, ::2]
+        fv = mode.from_tensor(v)
+        self._check_autograd_fields(fv, v)
+        self.assertIs(fv._base, mode.from_tensor(x))
+        self.assertEqual(torch._C._storage_id(fv), torch._C._storage_id(fv._base))
+
+    def test_views_of_one_base_share_its_fake(self):
+        mode = FakeTensorMode()
+        x = torch.randn(4, 6)
+        f0, f1 = mode.from_tensor(x[0]), mode.from_tensor(x[1])
+        self.assertIsNotNone(f0._base)
+        self.assertIs(f0._base, f1._base)
+
+    def test_in_place_on_base_fake_bumps_view_fake_version(self):
+        mode = FakeTensorMode()
+        x = torch.randn(4, 6)
+        fv = mode.from_tensor(x[1])
+        fx = mode.from_tensor(x)
+        before = fv._version
+        with mode:
+            fx.add_(1)
+        self.assertEqual(fv._version, before + 1)
+        with mode:
+            fv.mul_(2)
+        self.assertEqual(fx._version, before + 2)
+
+    def test_view_of_view_with_grad_on_intermediate(self):
+        x, z = _patchset_view_of_view_grad()
+        mode = FakeTensorMode()
+        fz = mode.from_tensor(z)
+        self._check_autograd_fields(fz, z)
+        self.assertFalse(fz.is_leaf)
+        self.assertIs(fz._base, mode.from_tensor(x))
+        self.assertFalse(fz._base.requires_grad)
+        (grad,) = torch.autograd.grad(fz.sum(), fz)
+        self.assertEqual(grad.shape, z.shape)
+
+    def test_leaf_view_of_base_requiring_grad(self):
+        x, v = _patchset_leaf_view_of_grad_base()
+        mode = FakeTensorMode()
+        fv = mode.from_tensor(v)
+        self._check_autograd_fields(fv, v)
+        self.assertTrue(fv.is_leaf)
+        self.assertIs(fv._base, mode.from_tensor(x))
+
+    def test_non_view_non_leaf_has_grad_fn_and_grad_flows(self):
+        w = torch.randn(3, 4, requires_grad=True)
+        y = w * 2
+        mode = FakeTensorMode()
+        fy = mode.from_tensor(y)
+        self._check_autograd_fields(fy, y)
+        self.assertIsNotNone(fy.grad_fn)
+        (grad,) = torch.autograd.grad((fy * 3).sum(), fy)
+        self.assertIsInstance(grad, FakeTensor)
+        self.assertEqual(grad.shape, y.shape)
+
+    def test_view_of_non_leaf_is_view_of_its_fake_on_its_storage(self):
+        y = torch.randn(3, 4, requires_grad=True) * 2
+        v = y[1:]
+        mode = FakeTensorMode()
+        fv = mode.from_tensor(v)
+        self._check_autograd_fields(fv, v)
+        fy = mode.from_tensor(y)
+        self.assertIs(fv._base, fy)
+        self._check_autograd_fields(fy, y)
+        self.assertEqual(torch._C._storage_id(fv), torch._C._storage_id(fy))
+
+    def test_grad_through_view_fake_reaches_base_fake(self):
+        b = torch.randn(4, 3, requires_grad=True)
+        v = b[1:3].t()
+        (real_grad,) = torch.autograd.grad(v.sum(), b)
+        mode = FakeTensorMode()
+        fv, fb = mode.from_tensor(v), mode.from_tensor(b)
+        self._check_autograd_fields(fv, v)
+        self.assertIs(fv._base, fb)
+        (grad,) = torch.autograd.grad(fv.sum(), fb)
+        self.assertIsInstance(grad, FakeTensor)
+        self.assertEqual((grad.shape, grad.stride()), (real_grad.shape, real_grad.stride()))
+
+    def test_backward_through_view_fake_fills_base_fake_grad(self):
+        b = torch.randn(4, 3, requires_grad=True)
+        mode = FakeTensorMode()
+        fv = mode.from_tensor(b[1:])
+        fb = mode.from_tensor(b)
+        fv.sum().backward()
+        self.assertIsInstance(fb.grad, FakeTensor)
+        self.assertEqual(fb.grad.shape, b.shape)
+
+    def test_dtype_view_is_view_of_base_fake(self):
+        c = torch.randn(3, dtype=torch.complex64)
+        r = torch.view_as_real(c)
+        mode = FakeTensorMode()
+        fr = mode.from_tensor(r)
+        self._check_autograd_fields(fr, r)
+        self.assertIs(fr._base, mode.from_tensor(c))
+
+    def test_view_fake_and_its_base_fake_die_when_dropped(self):
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        x = torch.randn(4, 6)
+        v = x[1]
+        fv = mode.from_tensor(v)
+        fv_ref, fx_ref = weakref.ref(fv), weakref.ref(fv._base)
+        self.assertEqual(len(conv.tensor_memo), 2)
+        del fv
+        self.assertIsNone(fv_ref())
+        self.assertIsNone(fx_ref())
+        self.assertEqual(len(conv.tensor_memo), 0)
+        # converted again: a new pair, the real tensors untouched
+        fv = mode.from_tensor(v)
+        self.assertIs(fv._base, mode.from_tensor(x))
+        self.assertEqual(len(conv.tensor_memo), 2)
+
+    def test_mode_freed_after_view_conversions(self):
+        mode = FakeTensorMode()
+        b = torch.randn(4, 3, requires_grad=True)
+        fakes = [mode.from_tensor(t) for t in (b[1:], b[1:].t(), torch.randn(2, 2) * b[0, 0])]
+        fakes[0].sum().backward()
+        mode_ref = weakref.ref(mode)
+        del mode, fakes
+        gc.collect()
+        self.assertIsNone(mode_ref())
+
+    def test_view_conversion_invisible_to_user_modes_and_stacks_restored(self):
+        mode = FakeTensorMode()
+        x = torch.randn(4, 6, requires_grad=True)
+        dispatch_recorder, function_recorder = _PatchsetDispatchRecorder(), _PatchsetRecordingMode()
+        with function_recorder, dispatch_recorder:
+            fv = mode.from_tensor(x[1:].t())
+            fn = mode.from_tensor(x * 2)
+            dispatch_stack = torch.utils._python_dispatch._get_current_dispatch_mode_stack()
+            function_stack = torch.overrides._get_current_function_mode_stack()
+            torch.neg(x)
+        self.assertTrue(fv._is_view())
+        self.assertIsNotNone(fn.grad_fn)
+        self.assertEqual(dispatch_stack, [dispatch_recorder])
+        self.assertEqual(function_stack, [function_recorder])
+        # the view ops that make the fakes reach no mode (the converter's attribute reads and
+        # MetaConverter's own factory calls reach torch-function modes, as in 1.13.1); the
+        # dispatch mode sees only the ops the test itself ran
+        self.assertNotIn("as_strided", function_recorder.log)
+        self.assertNotIn("view_as", function_recorder.log)
+        self.assertEqual(
+            dispatch_recorder.log,
+            ["aten.slice.Tensor", "aten.t.default", "aten.mul.Tensor", "aten.neg.default"],
+        )
+
+    def test_view_conversion_inside_fake_mode_then_ops_stay_fake(self):
+        mode = FakeTensorMode()
+        v = torch.randn(4, 6)[1:]
+        with mode:
+            fv = mode.from_tensor(v)
+            out = fv * 2
+        self.assertTrue(fv._is_view())
+        self.assertIsInstance(out, FakeTensor)
+        self.assertEqual(torch.utils._python_dispatch._get_current_dispatch_mode_stack(), [])
+
+    def test_view_conversion_under_no_dispatch(self):
+        mode = FakeTensorMode()
+        x = torch.randn(4, 6)
+        with no_dispatch():
+            fv = mode.from_tensor(x[1:])
+        self.assertIsInstance(fv, FakeTensor)
+        self.assertTrue(fv._is_view())
+        self.assertIs(fv._base, mode.from_tensor(x))
 
 
 class _PatchsetRecordingMode(TorchFunctionMode):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark of the series: real tracing workloads R1-R5 (make_fx, aot_function and FakeTensorProp
-freeing their FakeTensorModes, patch 0004) and the converter memo workloads W1-W4 (patch 0001).
+freeing their FakeTensorModes, patch 0005) and the converter memo workloads W1-W4 (patch 0001).
 
 F1 measures patch 0003 instead: the peak memory of a fallback kernel whose output is a view of
 a big input, against the real zero stand-in the fallback cannot do without.
@@ -338,7 +338,7 @@ def work_w4(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
     return out
 
 
-# --- R1-R5: real tracing workloads (patch 0004, proxy_tensor.py) ------------------------------
+# --- R1-R5: real tracing workloads (patch 0005, proxy_tensor.py) ------------------------------
 # Each makes one warm-up trace, then `r_traces` (R1: `r1_traces`) traces whose every
 # FakeTensorMode is followed by a weakref; the graph modules are dropped as they come.
 

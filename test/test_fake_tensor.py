@@ -1657,12 +1657,8 @@ class FakeViewConversionTest(TestCase):
         self.assertEqual(fake.grad_fn is None, real.grad_fn is None)
 
     def test_fake_of_view_is_view_of_base_fake(self):
-        mode = FakeTensorMode()
         x = torch.randn(4, 6)
-        v = x[1:, ::2]
-        fv = mode.from_tensor(v)
-        self._check_autograd_fields(fv, v)
-        self.assertIs(fv._base, mode.from_tensor(x))
+        fv = self._fake_of_view_checked(x, x[1:, ::2])
         self.assertEqual(torch._C._storage_id(fv), torch._C._storage_id(fv._base))
 
     def test_views_of_one_base_share_its_fake(self):
@@ -1685,24 +1681,25 @@ class FakeViewConversionTest(TestCase):
             fv.mul_(2)
         self.assertEqual(fx._version, before + 2)
 
+    def _fake_of_view_checked(self, base, view):
+        """The fake of view (its fields checked against it) and the fake of base, its _base."""
+        mode = FakeTensorMode()
+        fake = mode.from_tensor(view)
+        self._check_autograd_fields(fake, view)
+        self.assertIs(fake._base, mode.from_tensor(base))
+        return fake
+
     def test_view_of_view_with_grad_on_intermediate(self):
         x, z = _patchset_view_of_view_grad()
-        mode = FakeTensorMode()
-        fz = mode.from_tensor(z)
-        self._check_autograd_fields(fz, z)
+        fz = self._fake_of_view_checked(x, z)
         self.assertFalse(fz.is_leaf)
-        self.assertIs(fz._base, mode.from_tensor(x))
         self.assertFalse(fz._base.requires_grad)
         (grad,) = torch.autograd.grad(fz.sum(), fz)
         self.assertEqual(grad.shape, z.shape)
 
     def test_leaf_view_of_base_requiring_grad(self):
         x, v = _patchset_leaf_view_of_grad_base()
-        mode = FakeTensorMode()
-        fv = mode.from_tensor(v)
-        self._check_autograd_fields(fv, v)
-        self.assertTrue(fv.is_leaf)
-        self.assertIs(fv._base, mode.from_tensor(x))
+        self.assertTrue(self._fake_of_view_checked(x, v).is_leaf)
 
     def test_non_view_non_leaf_has_grad_fn_and_grad_flows(self):
         w = torch.randn(3, 4, requires_grad=True)
@@ -1749,11 +1746,7 @@ class FakeViewConversionTest(TestCase):
 
     def test_dtype_view_is_view_of_base_fake(self):
         c = torch.randn(3, dtype=torch.complex64)
-        r = torch.view_as_real(c)
-        mode = FakeTensorMode()
-        fr = mode.from_tensor(r)
-        self._check_autograd_fields(fr, r)
-        self.assertIs(fr._base, mode.from_tensor(c))
+        self._fake_of_view_checked(c, torch.view_as_real(c))
 
     def test_view_fake_and_its_base_fake_die_when_dropped(self):
         mode = FakeTensorMode()

@@ -1,4 +1,6 @@
-"""Patch 0004 moves make_fx's tracing state into the tracer: the traced graphs must not change.
+"""Patch 0005 moves make_fx's tracing state into the tracer: the traced graphs must not change;
+patch 0004 makes the fakes of view inputs autograd views: neither may their graphs, except where
+real execution differs (backward() through a view input fills its base's .grad).
 
 Each trace below runs in two subprocesses of the project venv, unpatched (PATCHSET_OVERLAY=0)
 and patched, and the generated code (`gm.code`) of every graph must be the same text. The

@@ -1819,6 +1819,166 @@ class FakeViewConversionTest(TestCase):
         self.assertIs(fv._base, mode.from_tensor(x))
 
 
+def _patchset_dense_leaf_cases():
+    """Dense leaves (the fast path's case), a dense leaf on a storage converted before, a view
+    of one and a tensor the fast path leaves to the general path; the first one twice (a hit)."""
+    x = torch.randn(4, 3)
+    p = torch.nn.Parameter(torch.randn(5))
+    on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
+    return [x, p, torch.randn(2, requires_grad=True), on_x, x[1:], x.t().contiguous().t(), x]
+
+
+class DenseLeafFastPathTest(TestCase):
+    """FakeTensorConverter's fast path for dense leaves against its general path (the same
+    switch as MetaConverter's: meta_converter.fast_path)."""
+
+    def _convert(self, fast_path, tensors):
+        mode = FakeTensorMode()
+        mode.fake_tensor_converter.meta_converter.fast_path = fast_path
+        return mode, [mode.from_tensor(t) for t in tensors]
+
+    def test_fake_of_dense_leaf_made_without_meta_or_input(self):
+        mode = FakeTensorMode()
+        mc = mode.fake_tensor_converter.meta_converter
+        calls = []
+        general = mc.meta_or_input
+        mc.meta_or_input = lambda *args, **kwargs: calls.append(args) or general(*args, **kwargs)
+        mode.from_tensor(torch.randn(3, 4))
+        mode.from_tensor(torch.nn.Parameter(torch.randn(3)))
+        self.assertEqual(calls, [])
+        mc.fast_path = False
+        mode.from_tensor(torch.randn(3, 4))
+        self.assertEqual(len(calls), 1)
+
+    def test_fast_path_leaves_converter_state_of_general_path(self):
+        def state(fast_path):
+            tensors = _patchset_dense_leaf_cases()
+            mode, fakes = self._convert(fast_path, tensors)
+            conv = mode.fake_tensor_converter
+            mc = conv.meta_converter
+            sids = [torch._C._storage_id(f) for f in fakes]
+            return {
+                "counters": (mc.hit, mc.miss, mc.arg_cnt),
+                "memo sizes": (len(conv.tensor_memo), len(mc.tensor_memo), len(mc.storage_memo)),
+                "storage shared with the first fake": [s == sids[0] for s in sids],
+                "hit is the first fake": fakes[-1] is fakes[0],
+                "parameters": [isinstance(f, torch.nn.Parameter) for f in fakes],
+            }
+
+        self.assertEqual(state(True), state(False))
+
+    def test_dense_leaf_on_converted_storage_shares_it_and_counts_once(self):
+        for fast_path in (True, False):
+            x = torch.randn(4, 3)
+            on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
+            mode, (fx, fon_x) = self._convert(fast_path, [x, on_x])
+            mc = mode.fake_tensor_converter.meta_converter
+            self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fon_x))
+            self.assertIsNot(fx, fon_x)
+            self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
+
+    def test_conversion_under_its_own_mode_makes_plain_fakes(self):
+        # the meta factory and the wrapper must not reach the mode (they would make fakes of
+        # fakes, on the meta device)
+        for fast_path in (True, False):
+            mode = FakeTensorMode()
+            mode.fake_tensor_converter.meta_converter.fast_path = fast_path
+            x, p = torch.randn(3), torch.nn.Parameter(torch.randn(2))
+            with mode:
+                fx, fp = mode.from_tensor(x), mode.from_tensor(p)
+            for f in (fx, fp):
+                self.assertIsInstance(f, FakeTensor)
+                self.assertIs(f.fake_mode, mode)
+                self.assertEqual(f.device, torch.device("cpu"))
+            self.assertIsInstance(fp, torch.nn.Parameter)
+            self.assertIs(mode.from_tensor(x), fx)
+
+    def test_conversion_invisible_to_torch_dispatch_mode(self):
+        for fast_path in (True, False):
+            mode = FakeTensorMode()
+            mode.fake_tensor_converter.meta_converter.fast_path = fast_path
+            p = torch.nn.Parameter(torch.randn(3))
+            recorder = _PatchsetDispatchRecorder()
+            with recorder:
+                f = mode.from_tensor(p)
+            self.assertEqual(recorder.log, [])
+            self.assertIsInstance(f, FakeTensor)
+
+    def test_one_weakref_per_memo_entry(self):
+        # a tensor carries one weak reference per converter memo, its fake one (the memo's)
+        x = torch.randn(3)
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(x)
+        self.assertEqual(weakref.getweakrefcount(x), 2)
+        self.assertEqual(weakref.getweakrefcount(fx), 1)
+        self.assertIs(mode.from_tensor(x), fx)
+        self.assertEqual(weakref.getweakrefcount(x), 2)
+
+
+class WeakIdKeyMemoEntryTest(TestCase):
+    def test_set_replaces_live_entry_and_key_death_drops_it(self):
+        from torch._subclasses.meta_utils import WeakIdKeyMemo
+
+        for weak_values in (False, True):
+            memo = WeakIdKeyMemo(weak_values=weak_values)
+            x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
+            memo[x] = a
+            memo[x] = b
+            self.assertIs(memo.get(x), b)
+            self.assertEqual(len(memo), 1)
+            self.assertEqual(weakref.getweakrefcount(x), 1)
+            del x
+            self.assertEqual(len(memo), 0)
+            self.assertEqual(memo.deaths, 1)
+
+    def test_weak_value_death_drops_entry(self):
+        from torch._subclasses.meta_utils import WeakIdKeyMemo
+
+        memo = WeakIdKeyMemo(weak_values=True)
+        x, v = torch.randn(2), torch.randn(1)
+        self.assertIs(memo.setdefault(x, v), v)
+        del v
+        self.assertEqual(len(memo), 0)
+        self.assertIsNone(memo.get(x))
+        self.assertEqual(memo.deaths, 1)
+
+
+class StorageRefKeyTest(TestCase):
+    """storage_memo's keys made by the fast paths stand for StorageWeakRefs of the storage."""
+
+    def test_key_equals_and_hashes_as_storage_weak_ref(self):
+        x = torch.randn(3)
+        mc = MetaConverter()
+        mc(x)
+        (key,) = mc.storage_memo
+        ref = StorageWeakRef(x.storage())
+        self.assertIsInstance(key, StorageWeakRef)
+        self.assertTrue(key == ref and ref == key)
+        self.assertEqual(hash(key), hash(ref))
+        self.assertEqual(key.cdata, ref.cdata)
+        self.assertIn(ref, mc.storage_memo)
+        self.assertIn(key, {ref: None})
+        other = StorageWeakRef(torch.randn(3).storage())
+        self.assertFalse(key == other or other == key)
+
+    def test_key_expires_with_its_storage(self):
+        x = torch.randn(3)
+        mc = MetaConverter()
+        mc(x)
+        (key,) = mc.storage_memo
+        self.assertFalse(key.expired())
+        del x
+        self.assertTrue(key.expired())
+        mc.check_for_expired_weak_storages()
+        self.assertEqual(len(mc.storage_memo), 0)
+
+    def test_key_type_refuses_direct_construction(self):
+        from torch._subclasses.meta_utils import _StorageRef
+
+        with self.assertRaises(TypeError):
+            _StorageRef(torch.randn(3)._storage()._weak_ref())
+
+
 class _PatchsetRecordingMode(TorchFunctionMode):
     def __init__(self):
         self.log = []

@@ -5,6 +5,7 @@ The full build takes hours and is not run here; the checks get fake PATHs with f
 fake numbers. `source-build --smoke` runs for real: it configures the Debian tree with both
 series and compiles its sample of translation units (about ten minutes on 2 cores).
 """
+import argparse
 import hashlib
 import io
 import json
@@ -14,9 +15,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Optional
 
 import pytest
+from conftest import META, TmpProject
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
@@ -353,3 +355,49 @@ def test_smoke_build_configures_and_compiles_its_sample() -> None:
     build = bt.tree_dir(REAL) / "build"
     for _, target in sb.SMOKE_SAMPLE:
         assert (build / target).stat().st_size > 0, target
+
+
+def _source_build_without_building(project: Project, monkeypatch: pytest.MonkeyPatch,
+                                   checkout: Optional[Path]) -> list:
+    """cmd_source_build with its checks passing and nothing built; returns the trees it prepared."""
+    prepared: list = []
+    monkeypatch.setattr(sb, "missing_apt_packages", lambda runner, packages: [])
+    monkeypatch.setattr(sb, "run_preflight", lambda checks: [])
+    monkeypatch.setattr(sb, "prepare_tree", lambda project, runner, tree: prepared.append(tree))
+    monkeypatch.setattr(sb, "execute", lambda plan, runner: None)
+    args = argparse.Namespace(checkout=None if checkout is None else str(checkout),
+                              smoke=False, dry_run=False, preflight=False)
+    assert sb.cmd_source_build(project, Runner(log_file=project.log_file), args) == 0
+    return prepared
+
+
+def test_source_build_resets_its_own_checkout_left_by_an_older_series(
+    tmp_project: TmpProject, good_series: Mapping[str, bytes], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    project = Project(tmp_project.root)
+    tmp_project.write_tree(project.default_checkout)
+    (project.default_checkout / META).write_bytes(b"# an older series\n")
+
+    prepared = _source_build_without_building(project, monkeypatch, None)
+
+    assert prepared == [project.default_checkout]
+    assert (project.default_checkout / META).read_bytes() == tmp_project.base[META]
+    assert "reset base files" in capsys.readouterr().out
+
+
+def test_source_build_never_resets_a_users_checkout(
+    tmp_project: TmpProject, good_series: Mapping[str, bytes], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    project = Project(tmp_project.root)
+    tmp_project.write_tree(project.default_checkout)
+    (project.default_checkout / META).write_bytes(b"# an older series\n")
+    users = tmp_project.write_tree(tmp_path / "users-checkout")
+    (users / META).write_bytes(b"# the user's own edit\n")
+
+    prepared = _source_build_without_building(project, monkeypatch, users)
+
+    assert prepared == [users.resolve()]
+    assert (users / META).read_bytes() == b"# the user's own edit\n"
+    assert (project.default_checkout / META).read_bytes() == b"# an older series\n"

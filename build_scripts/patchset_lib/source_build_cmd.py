@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .apply_cmd import reset_cached_checkout
 from .build_inputs import BUILD_APT_PACKAGES
 from .build_tree import BUILD_DIR, SMOKE_SAMPLE, SYSTEM_LIBS_ENV, prepare_tree, run_ninja, tree_dir
 from .common import PatchsetError, Project, Runner, base_pin
@@ -351,6 +352,11 @@ def cmd_source_build(project: Project, runner: Runner, args: argparse.Namespace)
         raise PatchsetError(f"preflight failed ({len(failures)} check(s)); nothing was built")
     if args.preflight:
         return 0
+    if not args.checkout:
+        # the tool's own cache, left patched by an older series (as `run` does): a user's is never reset
+        reset = reset_cached_checkout(project, runner)
+        if reset:
+            print(f"source-build: {reset}", flush=True)
     started = time.monotonic()
     prepare_tree(project, runner, checkout)
     execute(plan, runner)

@@ -1904,6 +1904,21 @@ class DenseLeafFastPathTest(TestCase):
             self.assertEqual(recorder.log, [])
             self.assertIsInstance(f, FakeTensor)
 
+    def test_fast_path_fake_carries_what_the_constructor_sets(self):
+        # the fast path wraps the meta without FakeTensor.__init__ (its checks are made
+        # already): the fakes must carry the same attributes and dispatch keys either way
+        def described(fast_path):
+            tensors = [torch.randn(3, 4), torch.nn.Parameter(torch.randn(3)),
+                       torch.randn(2, requires_grad=True)]
+            mode, fakes = self._convert(fast_path, tensors)
+            return [
+                (type(f), sorted(f.__dict__), f.fake_device, f.fake_mode is mode, f.constant,
+                 f.requires_grad, f.is_leaf, f.device, repr(torch._C._dispatch_keys(f)))
+                for f in fakes
+            ]
+
+        self.assertEqual(described(True), described(False))
+
     def test_one_weakref_per_memo_entry(self):
         # a tensor carries one weak reference per converter memo, its fake one (the memo's)
         x = torch.randn(3)

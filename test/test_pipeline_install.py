@@ -31,8 +31,6 @@ OVERLAID = ("torch/_subclasses/fake_tensor.py", "torch/_subclasses/meta_utils.py
             "torch/fx/experimental/proxy_tensor.py")
 # Appended to the throwaway overlay's copies, so "overlay loaded" is observable and hashes differ.
 MARKER = b"\nPATCHSET_TEST_OVERLAY = True  # throwaway overlay made by the tests\n"
-TOOL_FILES = ("__init__.py", "cli.py", "common.py", "overlay_finder.py", "install_cmd.py",
-              "upstream_tests_cmd.py", "source.py")
 
 pytestmark = pytest.mark.skipif(
     not (SYSTEM_PYTHON.exists() and SYSTEM_SUBCLASSES.is_dir()),
@@ -59,11 +57,8 @@ def snapshot(root: Path) -> Dict[str, str]:
 def make_project(root: Path) -> Project:
     """A project copy: patches/, the tool's own files, and a throwaway overlay of marked copies."""
     shutil.copytree(REPO / "patches", root / "patches")
-    lib = root / "build_scripts" / "patchset_lib"
-    lib.mkdir(parents=True)
-    shutil.copy2(REPO / "build_scripts" / "patchset", root / "build_scripts" / "patchset")
-    for name in TOOL_FILES:
-        shutil.copy2(REPO / "build_scripts" / "patchset_lib" / name, lib / name)
+    shutil.copytree(REPO / "build_scripts", root / "build_scripts",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     lines = []
     for path in OVERLAID:
         base = (SYSTEM_TORCH.parent / path).read_bytes()

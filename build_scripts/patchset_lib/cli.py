@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
 from typing import List, Optional
 
 from .common import PatchsetError, Runner, find_project
@@ -32,6 +33,14 @@ SUBCOMMAND_MODULES = [
 ]
 
 
+def import_subcommand(name: str) -> ModuleType:
+    """A subcommand module that cannot be imported is a broken tool, never a missing command."""
+    try:
+        return importlib.import_module(f"{__package__}.{name}")
+    except ImportError as exc:
+        raise PatchsetError(f"build_scripts/patchset_lib/{name}.py cannot be imported: {exc}") from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="patchset",
@@ -41,13 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"{__package__}.{name}":
-                continue  # subcommand not built yet
-            raise
-        module.register(subparsers)
+        import_subcommand(name).register(subparsers)
     return parser
 
 
@@ -67,7 +70,12 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> ar
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parse_args(build_parser(), argv)
+    try:
+        parser = build_parser()
+    except PatchsetError as exc:
+        print(f"patchset: error: {exc}", file=sys.stderr)
+        return 1
+    args = parse_args(parser, argv)
     project = find_project()
     runner = Runner(log_file=project.log_file, echo=not args.quiet)
     try:

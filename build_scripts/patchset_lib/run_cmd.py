@@ -5,28 +5,16 @@ The exit code is the upstream tests' (non-zero on a regression of the patched to
 from __future__ import annotations
 
 import argparse
-import importlib
-from types import ModuleType
 
 from .apply_cmd import apply_series, reset_cached_checkout
-from .common import PatchsetError, Project, Runner
+from .common import Project, Runner
+from .install_cmd import install_project_venv
 from .overlay_cmd import ensure_overlay
 from .setup_cmd import ensure_setup
-
-
-def pipeline_module(name: str) -> ModuleType:
-    """Import a sibling subcommand module at run time, with a clear error if it is not there."""
-    try:
-        return importlib.import_module(f"{__package__}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"{__package__}.{name}":
-            raise PatchsetError(f"`run` needs build_scripts/patchset_lib/{name}.py, which is missing") from exc
-        raise
+from .upstream_tests_cmd import run_upstream_tests
 
 
 def cmd_run(project: Project, runner: Runner, args: argparse.Namespace) -> int:
-    install_cmd = pipeline_module("install_cmd")
-    upstream_tests_cmd = pipeline_module("upstream_tests_cmd")
     ensure_setup(project, runner)
     print("run: setup done", flush=True)
     checkout = project.default_checkout
@@ -37,9 +25,9 @@ def cmd_run(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     print(f"run: apply: {applied}", flush=True)
     written = ensure_overlay(project, runner)
     print(f"run: overlay: {'wrote ' + ', '.join(written) if written else 'up to date'}", flush=True)
-    install_cmd.install_project_venv(project, runner)
+    install_project_venv(project, runner)
     print("run: overlay installed into .venv", flush=True)
-    code = int(upstream_tests_cmd.run_upstream_tests(project, runner, checkout))
+    code = int(run_upstream_tests(project, runner, checkout))
     verdict = "no regressions" if code == 0 else f"FAILED (exit {code})"
     print(f"run: series applied to {checkout}; torch_overlay/ active in {project.venv}; "
           f"upstream tests (table above): {verdict}")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import List, Sequence, Union
 
 from .common import Project, Runner
+from .install_cmd import install_project_venv
 from .overlay_cmd import ensure_overlay
-from .run_cmd import pipeline_module
 from .setup_cmd import ensure_setup
 
 NO_TESTS_COLLECTED = 5
@@ -30,7 +30,7 @@ def cmd_test(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     ensure_setup(project, runner)
     if project.series_file.is_file():
         ensure_overlay(project, runner)
-        pipeline_module("install_cmd").install_project_venv(project, runner)
+        install_project_venv(project, runner)
     proc = runner.run(pytest_command(project, args.pytest_args), cwd=project.root, check=False)
     if proc.returncode == NO_TESTS_COLLECTED:
         print("patchset test: error: pytest collected no tests; that is a failure")

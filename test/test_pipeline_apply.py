@@ -177,7 +177,7 @@ def test_missing_series_file_is_a_clear_error(tmp_project: TmpProject, plain_che
 def test_git_apply_writer_restores_every_byte_when_a_later_patch_fails(
     tmp_project: TmpProject, plain_checkout: Path
 ) -> None:
-    from patchset_lib.apply_cmd import apply_with_git_apply, load_series
+    from patchset_lib.series import apply_with_git_apply, load_series
     from patchset_lib.common import PatchsetError, Project, Runner
 
     tmp_project.make_series(BROKEN_SERIES)
@@ -192,7 +192,7 @@ def test_git_apply_writer_restores_every_byte_when_a_later_patch_fails(
 def test_git_am_writer_aborts_and_resets_when_a_later_patch_fails(
     tmp_project: TmpProject, git_checkout: Path
 ) -> None:
-    from patchset_lib.apply_cmd import apply_with_git_am, load_series
+    from patchset_lib.series import apply_with_git_am, load_series
     from patchset_lib.common import PatchsetError, Project, Runner
 
     tmp_project.make_series(BROKEN_SERIES)

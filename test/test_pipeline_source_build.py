@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "build_scripts"))
 from patchset_lib import build_inputs  # noqa: E402
 from patchset_lib import build_tree as bt  # noqa: E402
 from patchset_lib import source_build_cmd as sb  # noqa: E402
-from patchset_lib.apply_cmd import touched_paths  # noqa: E402
+from patchset_lib.series import touched_paths  # noqa: E402
 from patchset_lib.common import Project, Runner, find_project, read_base_hashes  # noqa: E402
 
 REAL = find_project(REPO / "build_scripts")

@@ -4,6 +4,7 @@ Synthetic project in tmp_path: pristine base files (a small upstream-style test 
 series made with git, our own test file. No torch needed: the test files use unittest.
 """
 import argparse
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ from conftest import (
     tree_hashes,
 )
 
-from patchset_lib import series_io, tests_patch_cmd
+from patchset_lib import tests_patch_cmd
 from patchset_lib.common import PatchsetError, Project, Runner, read_series
+from patchset_lib.series import apply_series
 
 UPSTREAM_TEST = '''# Owner(s): ["module: meta tensors"]
 
@@ -169,7 +171,8 @@ def test_applied_checkout_runs_upstream_and_our_tests(project: Project, runner: 
                                                      tmp_path: Path) -> None:
     run_tests_patch(project, runner)
     tree = tmp_path / "checkout"
-    series_io.apply_series_to_files(project.pristine, read_series(project), tree, runner)
+    shutil.copytree(project.pristine, tree)
+    apply_series(project, runner, tree)
     assert (tree / "torch/_subclasses/meta_utils.py").read_bytes() == b"def meta():\n    return 10\n"
     proc = subprocess.run([sys.executable, "test_fake_tensor.py", "-v"], cwd=tree / "test",
                           capture_output=True, text=True)
@@ -219,7 +222,8 @@ def test_builds_on_the_file_as_left_by_preceding_patches(tmp_path: Path, runner:
     series = read_series(project)
     assert [p.name[:4] for p in series] == ["0001", "0002", "0003"]
     tree = tmp_path / "checkout"
-    series_io.apply_series_to_files(project.pristine, series, tree, runner)
+    shutil.copytree(project.pristine, tree)
+    apply_series(project, runner, tree)
     proc = subprocess.run([sys.executable, "test_fake_tensor.py"], cwd=tree / "test",
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "Ran 4 tests" in proc.stderr, proc.stderr

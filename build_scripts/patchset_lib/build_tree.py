@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from .apply_cmd import apply_series, git_apply, load_series
+from .series import apply_series, git_apply, load_series
 from .build_inputs import build_fix_series, place_fetched_files
-from .common import PatchsetError, Project, Runner, base_pin, sha256_file
+from .common import Project, Runner, base_pin, sha256_file
 
 STAMP = ".patchset-tree.json"
 BUILD_DIR = "build"

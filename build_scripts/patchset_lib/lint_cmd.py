@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from .apply_cmd import load_series, patched_result, touched_paths
+from .series import load_series, patched_result, touched_paths
 from .common import PatchsetError, Project, Runner
 from .pyfind import find_python
 from .venvs import ensure_pinned_venv, venv_python

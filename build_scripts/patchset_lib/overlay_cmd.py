@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
-from .apply_cmd import patched_result
+from .series import patched_result
 from .common import PatchsetError, Project, Runner, read_base_hashes, sha256_bytes, sha256_file
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .apply_cmd import apply_series, reset_cached_checkout
+from .series import apply_series, reset_cached_checkout
 from .common import Project, Runner
 from .install_cmd import install_project_venv
 from .overlay_cmd import ensure_overlay

@@ -1,4 +1,4 @@
-"""The canonical way patches are produced and applied: git only, byte-reproducible.
+"""The canonical way patches are produced: git only, byte-reproducible (`series` applies them).
 
 `format_series` is the one producer of `patches/NNNN-Subject.patch` + `patches/series`; refresh,
 tests-patch and the lead's manual runs use it, so a patch file differs only when its commit does.
@@ -13,7 +13,6 @@ patches touch nothing else, and a tiny repo makes `git am` / `format-patch` inst
 from __future__ import annotations
 
 import os
-import shutil
 import tarfile
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
@@ -198,19 +197,6 @@ def changed_paths(repo: Path, old: str, new: str, runner: Runner) -> List[str]:
     out = runner.git("diff", "--name-only", "--no-renames", "-z", old, new, "--",
                      cwd=repo, env=isolated_env(), capture=True).stdout
     return sorted(p for p in out.split("\0") if p)
-
-
-def apply_series_to_files(pristine_dir: Path, patches: Sequence[Path], dest_dir: Path,
-                          runner: Runner) -> None:
-    """Copy pristine_dir to dest_dir (git-less) and `git apply` each patch there, in order."""
-    shutil.copytree(pristine_dir, dest_dir, dirs_exist_ok=True)
-    env = isolated_env(dest_dir)
-    for patch in patches:
-        proc = runner.git("apply", "--check", str(Path(patch).resolve()), cwd=dest_dir, env=env,
-                          capture=True, check=False)
-        if proc.returncode != 0:
-            raise PatchsetError(f"{Path(patch).name} does not apply: {proc.stderr.strip()}")
-        runner.git("apply", str(Path(patch).resolve()), cwd=dest_dir, env=env, capture=True)
 
 
 def rev_files(repo: Path, rev: str, paths: Sequence[str], runner: Runner,

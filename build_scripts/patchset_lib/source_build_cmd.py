@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .apply_cmd import reset_cached_checkout
+from .series import reset_cached_checkout
 from .build_inputs import BUILD_APT_PACKAGES
 from .build_tree import BUILD_DIR, SMOKE_SAMPLE, SYSTEM_LIBS_ENV, prepare_tree, run_ninja, tree_dir
 from .common import PatchsetError, Project, Runner, base_pin

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Callable, List, Tuple
 
-from .apply_cmd import checkout_state, hashes, load_series, patched_result
+from .series import checkout_state, hashes, load_series, patched_result
 from .common import PatchsetError, Project, Runner, base_pin, quiet, read_base_hashes
 from .overlay_cmd import overlay_state
 from .setup_cmd import PINNED_PIP, check_venv, venv_versions

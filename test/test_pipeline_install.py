@@ -21,7 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
 
-from patchset_lib import install_cmd  # noqa: E402
+from patchset_lib import install_cmd, overlay  # noqa: E402
 from patchset_lib.common import PatchsetError, Project, Runner, sha256_bytes, sha256_file  # noqa: E402
 
 SYSTEM_PYTHON = Path("/usr/bin/python3.11")
@@ -307,9 +307,9 @@ def test_pip_versions() -> None:
 
 def test_manifest_parsing_matches_overlay_format() -> None:
     a, b = "a" * 64, "b" * 64
-    entries = install_cmd.parse_manifest(f"torch/_subclasses/fake_tensor.py {a} {b}\n\n")
-    assert entries == [install_cmd.ManifestEntry("torch/_subclasses/fake_tensor.py", a, b)]
+    entries = overlay.parse_manifest(f"torch/_subclasses/fake_tensor.py {a} {b}\n\n")
+    assert entries == [overlay.ManifestEntry("torch/_subclasses/fake_tensor.py", a, b)]
     assert entries[0].module == "torch._subclasses.fake_tensor"
     for bad in (f"{a}  torch/x.py\n", f"torch/_subclasses/__init__.py {a} {b}\n", f"test/test_x.py {a} {b}\n", ""):
         with pytest.raises(PatchsetError):
-            install_cmd.parse_manifest(bad)
+            overlay.parse_manifest(bad)

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
 
 from conftest import copy_tool, run_tool  # noqa: E402
-from patchset_lib import install_cmd, pyfind, setup_cmd  # noqa: E402
+from patchset_lib import install_cmd, overlay, pyfind, setup_cmd  # noqa: E402
 from patchset_lib.common import PatchsetError, Runner, find_project, read_base_hashes, sha256_file  # noqa: E402
 from patchset_lib.venvs import venv_python, wrong_pins  # noqa: E402
 
@@ -33,8 +33,8 @@ def tool(*args: str, env: Dict[str, str] = None) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, env=env)
 
 
-def entries() -> List[install_cmd.ManifestEntry]:
-    return install_cmd.read_manifest(PROJECT)
+def entries() -> List[overlay.ManifestEntry]:
+    return overlay.read_manifest(PROJECT)
 
 
 def site_packages() -> Path:

@@ -13,6 +13,7 @@ from typing import Dict, List
 
 from .bench_cmd import check_overlay_hook, check_script, check_venv
 from .common import PatchsetError, Project, Runner
+from .overlay import check_overlay_files, read_manifest
 from .source import ensure_pristine
 
 CROSSREF_SCRIPT = "crossref.py"
@@ -41,10 +42,10 @@ def installed_side_specs(project: Project, runner: Runner, python: Path, workdir
     """Worker sides for a venv patched by `install --python`: patched as installed, unpatched
     through the import hook pointed at the pristine base files (as `upstream-tests --python`)."""
     # imported here: the other subcommands work while these modules are missing or stubbed
-    from .upstream_tests_cmd import check_overlay, checked_torch_dir, installed_sides, read_manifest
+    from .upstream_tests_cmd import checked_torch_dir, installed_sides
 
     entries = read_manifest(project)
-    error = check_overlay(project, entries)
+    error = check_overlay_files(project, entries)
     if error is not None:
         raise PatchsetError(error)
     torch_dir = checked_torch_dir(project, runner, python, entries)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .common import PatchsetError, Project, Runner, base_pin, sha256_bytes, sha256_file
+from .overlay import ManifestEntry, check_overlay_files, read_manifest
 
 TORCH_VERSION = "1.13.1"
 HOOK_MODULE = "patchset_overlay"
@@ -64,19 +65,6 @@ print(json.dumps({n: os.path.realpath(importlib.import_module(n).__file__) for n
 
 
 @dataclasses.dataclass(frozen=True)
-class ManifestEntry:
-    """One overlay file: in-tree path (torch/...), hash of its base and of the patched result."""
-
-    path: str
-    base_sha256: str
-    result_sha256: str
-
-    @property
-    def module(self) -> str:
-        return self.path[: -len(".py")].replace("/", ".")
-
-
-@dataclasses.dataclass(frozen=True)
 class TorchInfo:
     """What the target interpreter sees, as reported by PROBE_SCRIPT."""
 
@@ -88,48 +76,6 @@ class TorchInfo:
     torch_dir: Optional[Path]
     version_py: Optional[str]
     dist_version: Optional[str]
-
-
-# --- overlay MANIFEST -------------------------------------------------------------------
-
-def _is_sha256(token: str) -> bool:
-    return re.fullmatch(r"[0-9a-f]{64}", token) is not None
-
-
-def parse_manifest(text: str, where: str = "MANIFEST") -> List[ManifestEntry]:
-    """Lines `<in-tree path> <base sha256> <result sha256>` (as `overlay` writes them)."""
-    entries: List[ManifestEntry] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        tokens = line.split()
-        if len(tokens) != 3 or not all(_is_sha256(t) for t in tokens[1:]):
-            raise PatchsetError(f"{where}:{number}: expected `<path> <base sha256> <result sha256>`")
-        path = tokens[0]
-        if not (path.startswith("torch/") and path.endswith(".py")) or path.endswith("/__init__.py"):
-            raise PatchsetError(f"{where}:{number}: {path} is not a torch/ module the hook can overlay")
-        entries.append(ManifestEntry(path, tokens[1], tokens[2]))
-    if not entries:
-        raise PatchsetError(f"{where} lists no torch/ module")
-    return entries
-
-
-def read_manifest(project: Project) -> List[ManifestEntry]:
-    if not project.overlay_manifest.is_file():
-        raise PatchsetError(
-            f"no overlay manifest {project.overlay_manifest}: run ./build_scripts/patchset overlay first"
-        )
-    return parse_manifest(project.overlay_manifest.read_text(), str(project.overlay_manifest))
-
-
-def check_overlay(project: Project, entries: Sequence[ManifestEntry]) -> Optional[str]:
-    for entry in entries:
-        file = project.overlay / entry.path
-        if not file.is_file():
-            return f"overlay file {file} is missing: run ./build_scripts/patchset overlay first"
-        if sha256_file(file) != entry.result_sha256:
-            return f"overlay file {file} does not match MANIFEST: run ./build_scripts/patchset overlay first"
-    return None
 
 
 # --- the target interpreter -----------------------------------------------------------
@@ -272,7 +218,7 @@ def install_project_venv(project: Project, runner: Runner) -> None:
     """Write the import hook into the project .venv so its torch loads torch_overlay/."""
     _raise_if(check_project_venv(project))
     entries = read_manifest(project)
-    _raise_if(check_overlay(project, entries))
+    _raise_if(check_overlay_files(project, entries))
     info = checked_target(project, runner, project.venv_python)
     assert info.torch_dir is not None
     _raise_if(check_base_files(info.torch_dir.parent, entries))
@@ -368,7 +314,7 @@ def _write_overlay_files(project: Project, site_packages: Path, entries: Sequenc
 
 def install_into_python(project: Project, runner: Runner, python: Path) -> None:
     entries = read_manifest(project)
-    _raise_if(check_overlay(project, entries))
+    _raise_if(check_overlay_files(project, entries))
     info = checked_target(project, runner, python)
     _raise_if(check_not_system(info))
     assert info.torch_dir is not None

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import overlay_cmd, series_io, tests_patch_cmd
+from . import overlay, series_io, tests_patch_cmd
 from .common import PatchsetError, Project, Runner, read_base_hashes, read_series, sha256_bytes
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
@@ -160,7 +160,7 @@ def manifest_text(base_files: Mapping[str, bytes], result_files: Mapping[str, by
     or deletes cannot be overlaid; overlay_gaps reports them)."""
     base = {path: sha256_bytes(data) for path, data in base_files.items()}
     kept = {path: data for path, data in result_files.items() if path in base}
-    return overlay_cmd.manifest_text(overlay_cmd.overlay_files(kept, base), base)
+    return overlay.manifest_text(overlay.overlay_files(kept, base), base)
 
 
 def overlay_gaps(touched: Sequence[str], base_files: Mapping[str, bytes],

@@ -10,7 +10,7 @@ from typing import Callable, List, Tuple
 
 from .series import checkout_state, hashes, load_series, patched_result
 from .common import PatchsetError, Project, Runner, base_pin, quiet, read_base_hashes
-from .overlay_cmd import overlay_state
+from .overlay import overlay_state
 from .setup_cmd import PINNED_PIP, check_venv, venv_versions
 from .source import check_pristine, check_tarball, tarball_path
 

@@ -12,7 +12,7 @@ from typing import List, Sequence, Union
 
 from .common import Project, Runner
 from .install_cmd import install_project_venv
-from .overlay_cmd import ensure_overlay
+from .overlay import ensure_overlay
 from .setup_cmd import ensure_setup
 
 NO_TESTS_COLLECTED = 5

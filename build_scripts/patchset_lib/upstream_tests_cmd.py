@@ -20,14 +20,12 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from .common import PatchsetError, Project, Runner
 from .install_cmd import (
     HOOK_MODULE,
-    ManifestEntry,
     check_installed_hashes,
-    check_overlay,
     check_project_venv,
     hook_source,
     probe_python,
-    read_manifest,
 )
+from .overlay import ManifestEntry, check_overlay_files, read_manifest
 from .source import ensure_pristine
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed")
@@ -270,7 +268,7 @@ def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
         if error is not None:
             raise PatchsetError(error)
     entries = read_manifest(project)
-    error = check_overlay(project, entries)
+    error = check_overlay_files(project, entries)
     if error is not None:
         raise PatchsetError(error)
     torch_dir = checked_torch_dir(project, runner, python or project.venv_python, entries)

@@ -21,7 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
 
-from patchset_lib import install_cmd, overlay  # noqa: E402
+from patchset_lib import overlay, overlay_hook, pip_torch, torch_target  # noqa: E402
 from patchset_lib.common import PatchsetError, Project, Runner, sha256_bytes, sha256_file  # noqa: E402
 
 SYSTEM_PYTHON = Path("/usr/bin/python3.11")
@@ -128,7 +128,7 @@ def test_project_venv_install_loads_overlay_and_writes_only_two_files(project: P
     system_hashes = {p: sha256_file(SYSTEM_TORCH.parent / p) for p in OVERLAID}
     project_before = snapshot(project.root)
 
-    install_cmd.install_project_venv(project, runner)
+    overlay_hook.install_project_venv(project, runner)
 
     assert snapshot(SYSTEM_SUBCLASSES) == system_before
     assert {p: sha256_file(SYSTEM_TORCH.parent / p) for p in OVERLAID} == system_hashes
@@ -156,25 +156,25 @@ def test_project_venv_install_twice_is_noop_and_uninstall_restores(
 ) -> None:
     make_venv(project.venv, system_site_packages=True)
     venv_before = snapshot(project.venv)
-    install_cmd.install_project_venv(project, runner)
+    overlay_hook.install_project_venv(project, runner)
     venv_installed = snapshot(project.venv)
     capsys.readouterr()
 
-    install_cmd.install_project_venv(project, runner)
+    overlay_hook.install_project_venv(project, runner)
     assert "already installed" in capsys.readouterr().out
     assert snapshot(project.venv) == venv_installed
 
-    install_cmd.uninstall_project_venv(project, runner)
+    overlay_hook.uninstall_project_venv(project, runner)
     assert snapshot(project.venv) == venv_before
     assert loaded_file(project.venv_python, overlay_on=True) == str(SYSTEM_SUBCLASSES / "fake_tensor.py")
     capsys.readouterr()
-    install_cmd.uninstall_project_venv(project, runner)
+    overlay_hook.uninstall_project_venv(project, runner)
     assert "nothing to uninstall" in capsys.readouterr().out
 
 
 def test_project_venv_missing_asks_for_setup(project: Project, runner: Runner) -> None:
     with pytest.raises(PatchsetError, match="patchset setup first"):
-        install_cmd.install_project_venv(project, runner)
+        overlay_hook.install_project_venv(project, runner)
     assert not project.venv.exists()
 
 
@@ -188,7 +188,7 @@ def test_stale_overlay_asks_for_overlay_and_writes_nothing(project: Project, run
         target.write_bytes(target.read_bytes() + b"# edited by hand\n")
     before = snapshot(project.root)
     with pytest.raises(PatchsetError, match="overlay first"):
-        install_cmd.install_project_venv(project, runner)
+        overlay_hook.install_project_venv(project, runner)
     assert snapshot(project.root) == before
 
 
@@ -197,7 +197,7 @@ def test_missing_manifest_asks_for_overlay(project: Project, runner: Runner) -> 
     project.overlay_manifest.unlink()
     before = snapshot(project.root)
     with pytest.raises(PatchsetError, match="overlay first"):
-        install_cmd.install_project_venv(project, runner)
+        overlay_hook.install_project_venv(project, runner)
     assert snapshot(project.root) == before
 
 
@@ -209,7 +209,7 @@ def test_pip_venv_reinstall_after_overlay_update_then_uninstall(
     python = make_pip_venv(tmp_path / "user-venv")
     site = site_packages(tmp_path / "user-venv")
     pristine = snapshot(site)
-    install_cmd.install_into_python(project, runner, python)
+    pip_torch.install_into_python(project, runner, python)
     # The lead regenerates the overlay (a new patch): MANIFEST and file change together.
     changed = project.overlay / OVERLAID[0]
     changed.write_bytes(changed.read_bytes() + b"# second version\n")
@@ -219,10 +219,10 @@ def test_pip_venv_reinstall_after_overlay_update_then_uninstall(
     project.overlay_manifest.write_text("\n".join(manifest) + "\n")
     capsys.readouterr()
 
-    install_cmd.install_into_python(project, runner, python)
+    pip_torch.install_into_python(project, runner, python)
     assert "updated the overlay" in capsys.readouterr().out
     assert sha256_file(site / OVERLAID[0]) == sha256_file(changed)
-    install_cmd.uninstall_from_python(project, runner, python)
+    pip_torch.uninstall_from_python(project, runner, python)
     assert snapshot(site) == pristine
 
 
@@ -231,12 +231,12 @@ def test_pip_venv_uninstall_refuses_files_changed_after_install(
 ) -> None:
     python = make_pip_venv(tmp_path / "user-venv")
     site = site_packages(tmp_path / "user-venv")
-    install_cmd.install_into_python(project, runner, python)
+    pip_torch.install_into_python(project, runner, python)
     edited = site / OVERLAID[1]
     edited.write_bytes(edited.read_bytes() + b"# user edit\n")
     before = (snapshot(site), snapshot(project.cache))
     with pytest.raises(PatchsetError, match="changed since patchset installed it"):
-        install_cmd.uninstall_from_python(project, runner, python)
+        pip_torch.uninstall_from_python(project, runner, python)
     assert (snapshot(site), snapshot(project.cache)) == before
 
 
@@ -244,7 +244,7 @@ def test_refuses_torch_that_is_not_1_13_1(tmp_path: Path, project: Project, runn
     python = make_pip_venv(tmp_path / "user-venv", version="2.0.0")
     before = snapshot(tmp_path / "user-venv")
     with pytest.raises(PatchsetError, match=r"version 2\.0\.0, not 1\.13\.1"):
-        install_cmd.install_into_python(project, runner, python)
+        pip_torch.install_into_python(project, runner, python)
     assert snapshot(tmp_path / "user-venv") == before
     assert not project.cache.exists()
 
@@ -252,7 +252,7 @@ def test_refuses_torch_that_is_not_1_13_1(tmp_path: Path, project: Project, runn
 def test_refuses_system_python(project: Project, runner: Runner) -> None:
     before = snapshot(SYSTEM_SUBCLASSES)
     with pytest.raises(PatchsetError, match="system"):
-        install_cmd.install_into_python(project, runner, SYSTEM_PYTHON)
+        pip_torch.install_into_python(project, runner, SYSTEM_PYTHON)
     assert snapshot(SYSTEM_SUBCLASSES) == before
     assert not project.cache.exists()
 
@@ -261,7 +261,7 @@ def test_refuses_venv_whose_torch_is_the_system_package(tmp_path: Path, project:
     python = make_venv(tmp_path / "sys-venv", system_site_packages=True)
     before = snapshot(SYSTEM_SUBCLASSES)
     with pytest.raises(PatchsetError, match="system package"):
-        install_cmd.install_into_python(project, runner, python)
+        pip_torch.install_into_python(project, runner, python)
     assert snapshot(SYSTEM_SUBCLASSES) == before
     assert not project.cache.exists()
 
@@ -279,8 +279,8 @@ def test_cli_reports_refusal_with_exit_1(project: Project) -> None:
 
 # --- the checks themselves ------------------------------------------------------------------
 
-def torch_info(torch_dir: Path, version_py: str, dist_version: str) -> install_cmd.TorchInfo:
-    return install_cmd.TorchInfo(
+def torch_info(torch_dir: Path, version_py: str, dist_version: str) -> torch_target.TorchInfo:
+    return torch_target.TorchInfo(
         python=Path("/venv/bin/python"), executable="/venv/bin/python", prefix="/venv",
         base_prefix="/usr", purelib=Path("/venv/lib/python3.11/site-packages"),
         torch_dir=torch_dir, version_py=version_py, dist_version=dist_version,
@@ -289,20 +289,20 @@ def torch_info(torch_dir: Path, version_py: str, dist_version: str) -> install_c
 
 def test_debian_torch_is_accepted_only_through_dpkg_version() -> None:
     debian = torch_info(SYSTEM_TORCH, "1.13.0a0", "1.13.0a0+gitunknown")
-    assert install_cmd.check_torch_version(debian, SYSTEM_TORCH, "1.13.1+dfsg-4") is None
-    assert "not 1.13.1" in install_cmd.check_torch_version(debian, SYSTEM_TORCH, "1.13.0+dfsg-1")
-    assert "not 1.13.1" in install_cmd.check_torch_version(debian, SYSTEM_TORCH, None)
+    assert torch_target.check_torch_version(debian, SYSTEM_TORCH, "1.13.1+dfsg-4") is None
+    assert "not 1.13.1" in torch_target.check_torch_version(debian, SYSTEM_TORCH, "1.13.0+dfsg-1")
+    assert "not 1.13.1" in torch_target.check_torch_version(debian, SYSTEM_TORCH, None)
     elsewhere = torch_info(Path("/venv/lib/python3.11/site-packages/torch"), "1.13.0a0", None)
-    assert "not 1.13.1" in install_cmd.check_torch_version(elsewhere, SYSTEM_TORCH, "1.13.1+dfsg-4")
+    assert "not 1.13.1" in torch_target.check_torch_version(elsewhere, SYSTEM_TORCH, "1.13.1+dfsg-4")
 
 
 def test_pip_versions() -> None:
     site_torch = Path("/venv/lib/python3.11/site-packages/torch")
-    assert install_cmd.check_torch_version(torch_info(site_torch, "1.13.1", "1.13.1"), SYSTEM_TORCH, None) is None
-    assert install_cmd.check_torch_version(torch_info(site_torch, "1.13.1+cpu", "1.13.1+cpu"),
+    assert torch_target.check_torch_version(torch_info(site_torch, "1.13.1", "1.13.1"), SYSTEM_TORCH, None) is None
+    assert torch_target.check_torch_version(torch_info(site_torch, "1.13.1+cpu", "1.13.1+cpu"),
                                            SYSTEM_TORCH, None) is None
-    assert install_cmd.check_torch_version(torch_info(site_torch, "1.13.1", "2.0.0"), SYSTEM_TORCH, None)
-    assert install_cmd.check_torch_version(torch_info(site_torch, "1.13.10", None), SYSTEM_TORCH, None)
+    assert torch_target.check_torch_version(torch_info(site_torch, "1.13.1", "2.0.0"), SYSTEM_TORCH, None)
+    assert torch_target.check_torch_version(torch_info(site_torch, "1.13.10", None), SYSTEM_TORCH, None)
 
 
 def test_manifest_parsing_matches_overlay_format() -> None:

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
 
 from conftest import copy_tool, run_tool  # noqa: E402
-from patchset_lib import install_cmd, overlay, pyfind, setup_cmd  # noqa: E402
+from patchset_lib import overlay, pip_torch, pyfind, setup_cmd, torch_target  # noqa: E402
 from patchset_lib.common import PatchsetError, Runner, find_project, read_base_hashes, sha256_file  # noqa: E402
 from patchset_lib.venvs import venv_python, wrong_pins  # noqa: E402
 
@@ -38,7 +38,7 @@ def entries() -> List[overlay.ManifestEntry]:
 
 
 def site_packages() -> Path:
-    info = install_cmd.probe_python(Runner(echo=False), PIP_PYTHON)
+    info = torch_target.probe_python(Runner(echo=False), PIP_PYTHON)
     assert info.torch_dir is not None
     return info.torch_dir.parent
 
@@ -90,7 +90,7 @@ def test_install_twice_then_uninstall_restores_every_byte(pip_python: Path) -> N
     first = tool("install", "--python", str(pip_python))
     assert first.returncode == 0, first.stderr
     installed = snapshot()
-    backups = install_cmd.backup_dir(PROJECT, site_packages())
+    backups = pip_torch.backup_dir(PROJECT, site_packages())
     for entry in entries():
         assert sha256_file(site_packages() / entry.path) == entry.result_sha256, entry.path
         assert sha256_file(backups / "files" / entry.path) == entry.base_sha256, entry.path
@@ -124,7 +124,7 @@ def test_upstream_tests_refuse_pip_torch_that_is_not_installed(pip_python: Path)
 
 
 def test_installed_pip_torch_loads_the_patched_bytes(installed: Path) -> None:
-    files = install_cmd.module_files(Runner(echo=False), installed, [e.module for e in entries()],
+    files = torch_target.module_files(Runner(echo=False), installed, [e.module for e in entries()],
                                      overlay_on=False)
     for entry in entries():
         assert files[entry.module] == str(site_packages() / entry.path)

@@ -175,10 +175,9 @@ def test_other_unknown_args_are_still_refused(argv: List[str], unknown: str,
     assert f"patchset: error: unrecognized arguments: {unknown}\n" in capsys.readouterr().err
 
 
+# Appended to overlay_hook.py: `run` then records the install instead of writing into the real .venv.
 STUB_INSTALL = '''
-from pathlib import Path
-def register(subparsers):
-    pass
+
 def install_project_venv(project, runner):
     with open(Path(project.root) / "calls.log", "a") as log:
         log.write("install\\n")
@@ -200,7 +199,8 @@ def test_run_chains_the_pipeline_and_returns_the_upstream_exit_code(
     tmp_project: TmpProject, good_series: Dict[str, bytes]
 ) -> None:
     lib = tmp_project.root / "build_scripts" / "patchset_lib"
-    (lib / "install_cmd.py").write_text(STUB_INSTALL)
+    hook = lib / "overlay_hook.py"
+    hook.write_text(hook.read_text() + STUB_INSTALL)
     (lib / "upstream_tests_cmd.py").write_text(STUB_UPSTREAM)
     project = Project(tmp_project.root)
     # Everything setup checks is in place without network: base files as the cached checkout,

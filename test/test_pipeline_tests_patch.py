@@ -22,7 +22,7 @@ from conftest import (
     tree_hashes,
 )
 
-from patchset_lib import tests_patch_cmd
+from patchset_lib import tests_patch, tests_patch_cmd
 from patchset_lib.common import PatchsetError, Project, Runner, read_series
 from patchset_lib.series import apply_series
 
@@ -104,19 +104,19 @@ def run_tests_patch(project: Project, runner: Runner, check: bool = False) -> in
 
 
 def test_merge_adds_only_missing_imports_and_our_code_before_main() -> None:
-    merged = tests_patch_cmd.merge_tests(UPSTREAM_TEST, OUR_TEST)
+    merged = tests_patch.merge_tests(UPSTREAM_TEST, OUR_TEST)
     compile(merged, "merged", "exec")
     assert merged.count("import weakref") == 1
     assert merged.count("import unittest\n") == 1
     assert merged.count("from unittest import TestCase") == 1
     assert merged.count('if __name__ == "__main__":') == 1
     lines = merged.splitlines()
-    begin_imports = lines.index(tests_patch_cmd.BEGIN_IMPORTS.rstrip("\n"))
+    begin_imports = lines.index(tests_patch.BEGIN_IMPORTS.rstrip("\n"))
     assert lines[begin_imports + 1] == "import weakref"
     assert lines[begin_imports - 1] == "from unittest import TestCase"
     ours = merged.index("class PatchSetWeakMemoTest")
-    assert merged.index("def helper():") < merged.index(tests_patch_cmd.BEGIN_TESTS) < ours
-    assert ours < merged.index(tests_patch_cmd.END_TESTS) < merged.index('if __name__ == "__main__":')
+    assert merged.index("def helper():") < merged.index(tests_patch.BEGIN_TESTS) < ours
+    assert ours < merged.index(tests_patch.END_TESTS) < merged.index('if __name__ == "__main__":')
     assert '"""The patch set\'s tests."""' not in merged  # our module docstring is not code
     # Upstream's own lines are all still there, in order.
     upstream_lines = UPSTREAM_TEST.splitlines()
@@ -125,7 +125,7 @@ def test_merge_adds_only_missing_imports_and_our_code_before_main() -> None:
 
 
 def test_merge_is_deterministic() -> None:
-    assert tests_patch_cmd.merge_tests(UPSTREAM_TEST, OUR_TEST) == tests_patch_cmd.merge_tests(
+    assert tests_patch.merge_tests(UPSTREAM_TEST, OUR_TEST) == tests_patch.merge_tests(
         UPSTREAM_TEST, OUR_TEST)
 
 
@@ -137,17 +137,17 @@ def test_merge_is_deterministic() -> None:
 ])
 def test_merge_refuses_names_upstream_already_binds(ours: str, name: str) -> None:
     with pytest.raises(PatchsetError) as info:
-        tests_patch_cmd.merge_tests(UPSTREAM_TEST, ours)
+        tests_patch.merge_tests(UPSTREAM_TEST, ours)
     assert f"`{name}`" in str(info.value)
     assert "rename ours" in str(info.value)
 
 
 def test_merge_refuses_future_import_and_missing_main_block() -> None:
     with pytest.raises(PatchsetError, match="__future__"):
-        tests_patch_cmd.merge_tests(UPSTREAM_TEST, "from __future__ import annotations\n" + OUR_TEST)
+        tests_patch.merge_tests(UPSTREAM_TEST, "from __future__ import annotations\n" + OUR_TEST)
     no_main = UPSTREAM_TEST.split('if __name__ == "__main__":')[0]
     with pytest.raises(PatchsetError, match="no `if __name__"):
-        tests_patch_cmd.merge_tests(no_main, OUR_TEST)
+        tests_patch.merge_tests(no_main, OUR_TEST)
 
 
 # ---- the command -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ sys.path.insert(0, str(HERE.parent / "build_scripts"))
 sys.path.insert(0, str(HERE))
 
 import test_pipeline_install as fixtures  # noqa: E402  (throwaway project/venv builders)
-from patchset_lib import install_cmd, upstream_tests_cmd as ut  # noqa: E402
+from patchset_lib import overlay_hook, upstream_tests_cmd as ut  # noqa: E402
 from patchset_lib.common import PatchsetError, Project, Runner  # noqa: E402
 
 SYNTHETIC_TESTS = '''\
@@ -204,7 +204,7 @@ def installed_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Projec
     fixtures.make_venv(project.venv, system_site_packages=True)
     purelib = sysconfig.get_paths()["purelib"]
     (fixtures.site_packages(project.venv) / "borrowed_pytest.pth").write_text(purelib + "\n")
-    install_cmd.install_project_venv(project, Runner(log_file=None, echo=False))
+    overlay_hook.install_project_venv(project, Runner(log_file=None, echo=False))
     return project
 
 

@@ -9,35 +9,15 @@ import argparse
 from pathlib import Path
 from typing import List, Optional
 
-from .common import PatchsetError, Project, Runner
+from .common import PatchsetError, Project, Runner, check_script
+from .overlay_hook import check_overlay_hook
+from .project_venv import check_project_venv
 
 BENCH_SCRIPT = "bench_memo.py"
-OVERLAY_HOOK = "patchset_overlay.pth"
 
 
 def bench_script(project: Project) -> Path:
     return project.tests / BENCH_SCRIPT
-
-
-def check_script(path: Path, what: str) -> Optional[str]:
-    """For the commands that only start a script of test/ with the project venv."""
-    if not path.is_file():
-        return f"{what} {path} is missing"
-    return None
-
-
-def check_venv(project: Project) -> Optional[str]:
-    if not project.venv_python.is_file():
-        return f"no project venv at {project.venv}; run `patchset install` first"
-    return None
-
-
-def check_overlay_hook(project: Project) -> Optional[str]:
-    """The patched side of the default runtimes is the venv with the overlay import hook."""
-    if not list(project.venv.glob(f"lib/python*/site-packages/{OVERLAY_HOOK}")):
-        return (f"the overlay import hook ({OVERLAY_HOOK}) is not installed in {project.venv}; "
-                "run `patchset install` first, or pass --python-patched")
-    return None
 
 
 def check_python(path: Optional[str], option: str) -> Optional[str]:
@@ -67,7 +47,7 @@ def forwarded_args(args: argparse.Namespace) -> List[str]:
 
 
 def run_bench(project: Project, runner: Runner, args: argparse.Namespace) -> int:
-    checks = [check_script(bench_script(project), "benchmark script"), check_venv(project),
+    checks = [check_script(bench_script(project), "benchmark script"), check_project_venv(project),
               check_python(args.python_unpatched, "--python-unpatched"),
               check_python(args.python_patched, "--python-patched"),
               check_python(args.vs_python, "--vs-python")]

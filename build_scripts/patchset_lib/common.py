@@ -20,6 +20,18 @@ class PatchsetError(Exception):
     """A user-facing failure: the CLI prints the message and exits 1, nothing changed."""
 
 
+def raise_if(error: Optional[str]) -> None:
+    """For `check_*` helpers, which return None or what is wrong."""
+    if error is not None:
+        raise PatchsetError(error)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".patchset-tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 @dataclasses.dataclass(frozen=True)
 class Project:
     """Where things live, all derived from the repository root."""
@@ -196,6 +208,13 @@ class Runner:
     def git(self, *args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
         """git, logged like every other command; identity and config come from `env`."""
         return self.run(["git", *args], cwd=cwd, **kwargs)
+
+
+def check_script(path: Path, what: str) -> Optional[str]:
+    """For the commands that only start a script of test/ with the project venv."""
+    if not path.is_file():
+        return f"{what} {path} is missing"
+    return None
 
 
 def quiet(runner: Runner) -> Runner:

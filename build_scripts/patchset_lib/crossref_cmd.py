@@ -11,8 +11,10 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
-from .bench_cmd import check_overlay_hook, check_script, check_venv
-from .common import PatchsetError, Project, Runner
+from .common import PatchsetError, Project, Runner, check_script
+from .overlay_hook import check_overlay_hook
+from .project_venv import check_project_venv
+from .sides import checked_torch_dir, installed_sides
 from .overlay import check_overlay_files, read_manifest
 from .source import ensure_pristine
 
@@ -41,9 +43,6 @@ def forwarded_args(args: argparse.Namespace) -> List[str]:
 def installed_side_specs(project: Project, runner: Runner, python: Path, workdir: Path) -> Dict[str, Dict]:
     """Worker sides for a venv patched by `install --python`: patched as installed, unpatched
     through the import hook pointed at the pristine base files (as `upstream-tests --python`)."""
-    # imported here: the other subcommands work while these modules are missing or stubbed
-    from .upstream_tests_cmd import checked_torch_dir, installed_sides
-
     entries = read_manifest(project)
     error = check_overlay_files(project, entries)
     if error is not None:
@@ -57,7 +56,7 @@ def installed_side_specs(project: Project, runner: Runner, python: Path, workdir
 
 def run_crossref(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     python = Path(args.python).absolute() if args.python else None
-    checks = [check_script(crossref_script(project), "cross-reference script"), check_venv(project)]
+    checks = [check_script(crossref_script(project), "cross-reference script"), check_project_venv(project)]
     if python is None:
         checks.append(check_overlay_hook(project))
     errors = [error for error in checks if error]

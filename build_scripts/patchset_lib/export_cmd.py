@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import series_io, tests_patch_cmd
+from . import series_io, tests_patch
 from .common import (
     PatchsetError,
     Project,
@@ -70,7 +70,7 @@ def series_repo(project: Project, runner: Runner, workdir: Path) -> Tuple[Path, 
     pristine = series_io.pristine_files(project)
     base = series_io.make_base_repo(pristine, repo, runner)
     series_io.am_series(repo, series, runner, series_io.am_env(project))
-    warning = tests_patch_cmd.drift(project, runner, series, pristine, workdir / "tests-patch")
+    warning = tests_patch.drift(project, runner, series, pristine, workdir / "tests-patch")
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     return repo, base

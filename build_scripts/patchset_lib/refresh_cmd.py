@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import overlay, series_io, tests_patch_cmd
+from . import overlay, series_io, tests_patch
 from .common import PatchsetError, Project, Runner, read_base_hashes, read_series, sha256_bytes
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
@@ -151,7 +151,7 @@ def base_hashes_text(old_text: str, base_files: Mapping[str, bytes], touched: Se
 def keep_pinned(hashes: Mapping[str, str]) -> List[str]:
     """Base files pinned even when the commits don't touch them: the tests patch's target, which
     `patchset tests-patch` regenerates on top of whatever the other patches are."""
-    path = tests_patch_cmd.TESTS_PATH
+    path = tests_patch.TESTS_PATH
     return [path] if path in hashes else []
 
 
@@ -248,7 +248,7 @@ def report(project: Project, runner: Runner, old: Sequence[Path], got: Refreshed
     print(diff or "(range-diff: no changes)")
     warnings = [f"{path} is created or deleted by the series; torch_overlay cannot carry it"
                 for path in overlay_gaps(got.touched, got.base_files, got.result_files)]
-    drift = tests_patch_cmd.drift(project, runner, got.patches, got.base_files, work / "tests-patch")
+    drift = tests_patch.drift(project, runner, got.patches, got.base_files, work / "tests-patch")
     return warnings + ([drift] if drift else [])
 
 

@@ -8,7 +8,7 @@ import argparse
 
 from .series import apply_series, reset_cached_checkout
 from .common import Project, Runner
-from .install_cmd import install_project_venv
+from .overlay_hook import install_project_venv
 from .overlay import ensure_overlay
 from .setup_cmd import ensure_setup
 from .upstream_tests_cmd import run_upstream_tests

@@ -12,11 +12,12 @@ import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from .common import PatchsetError, Project, Runner, base_pin, quiet, read_base_hashes, sha256_file
-from .source import check_pristine, ensure_source
+from .apt import dpkg_versions, install_apt_packages, missing_apt_packages
+from .common import PatchsetError, Project, Runner, base_pin, read_base_hashes, sha256_file
+from .project_venv import ensure_venv
 from .pyfind import find_python
+from .source import check_pristine, ensure_source
 from .venvs import ensure_pinned_venv, venv_python
-from .venvs import installed_versions as installed_versions_in
 
 # Each entry: acceptable package names, the first being the one to install.
 APT_PACKAGES: Sequence[Sequence[str]] = (
@@ -27,7 +28,6 @@ APT_PACKAGES: Sequence[Sequence[str]] = (
     ("xz-utils",),
     ("ca-certificates",),
 )
-PINNED_PIP: Dict[str, str] = {"pytest": "9.2.0", "expecttest": "0.3.0"}
 
 # `setup --pip`: PyPI's torch 1.13.1 (wheels for CPython 3.7-3.10 only; the default one is the
 # CUDA 11.7 build, ~3.3 GB with its nvidia-* dependencies, which runs on the CPU too). The test
@@ -40,45 +40,13 @@ PIP_TORCH_PINS: Dict[str, str] = {"torch": "1.13.1", "numpy": "1.21.6", "PyYAML"
                                   "sympy": "1.10.1", "pytest": "7.4.4", "expecttest": "0.1.6"}
 
 
-# --- apt ----------------------------------------------------------------------------------
-
-def installed_versions(runner: Runner, names: Sequence[str]) -> Dict[str, str]:
-    """name -> version of the packages dpkg reports as installed (`ii`)."""
-    proc = quiet(runner).run(
-        ["dpkg-query", "-W", "-f=${Package} ${db:Status-Abbrev} ${Version}\n", *names],
-        check=False, capture=True,
-    )
-    found: Dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[1] == "ii":
-            found[parts[0].split(":")[0]] = parts[-1]
-    return found
-
-
-def missing_apt_packages(runner: Runner, groups: Sequence[Sequence[str]] = APT_PACKAGES) -> List[str]:
-    wanted = [name for group in groups for name in group]
-    present = installed_versions(runner, wanted)
-    return [group[0] for group in groups if not any(name in present for name in group)]
-
-
-def install_apt_packages(runner: Runner, packages: Sequence[str]) -> None:
-    if os.geteuid() != 0:
-        raise PatchsetError(f"missing apt packages {' '.join(packages)}: run setup as root, "
-                            f"or `apt-get install {' '.join(packages)}`")
-    env = {"DEBIAN_FRONTEND": "noninteractive"}
-    print(f"setup: installing apt packages: {' '.join(packages)}", flush=True)
-    runner.run(["apt-get", "update"], env=env)
-    runner.run(["apt-get", "install", "-y", "--no-install-recommends", *packages], env=env)
-
-
 # --- the system torch ---------------------------------------------------------------------
 
 def check_system_torch(project: Project, runner: Runner) -> Optional[str]:
     """Debian's python3-torch of the pinned version, with torch/ base files matching base.sha256."""
     pin = base_pin(project)
     package = pin["debian_binary_package"]
-    version = installed_versions(runner, [package]).get(package)
+    version = dpkg_versions(runner, [package]).get(package)
     if version is None:
         return f"{package} is not installed"
     # Debian's torch reports 1.13.0a0 itself; dpkg's upstream version is the one to trust, and
@@ -99,69 +67,12 @@ def check_system_torch(project: Project, runner: Runner) -> Optional[str]:
     return None
 
 
-# --- the project venv ---------------------------------------------------------------------
-
-def read_pyvenv_cfg(venv: Path) -> Dict[str, str]:
-    cfg: Dict[str, str] = {}
-    for line in (venv / "pyvenv.cfg").read_text().splitlines():
-        if "=" in line:
-            key, value = line.split("=", 1)
-            cfg[key.strip()] = value.strip()
-    return cfg
-
-
-def check_venv(project: Project) -> Optional[str]:
-    """None when .venv is a --system-site-packages venv of the system python (or absent)."""
-    venv = project.venv
-    if not venv.exists():
-        return None
-    system_python = Path(base_pin(project)["system_python"])
-    if not (venv / "pyvenv.cfg").is_file() or not project.venv_python.exists():
-        return f"{venv} is not a venv; remove it and run setup again"
-    cfg = read_pyvenv_cfg(venv)
-    if cfg.get("include-system-site-packages", "").lower() != "true" or \
-            Path(cfg.get("home", "")) != system_python.parent or \
-            not cfg.get("version", "").startswith("3.11"):
-        return (f"{venv} was not made by `{system_python} -m venv --system-site-packages`; "
-                "remove it and run setup again")
-    return None
-
-
-def venv_versions(project: Project, runner: Runner) -> Dict[str, Optional[str]]:
-    """Installed version of each pinned package as the venv python sees it (None if absent)."""
-    return installed_versions_in(runner, project.venv_python, list(PINNED_PIP))
-
-
-def ensure_venv(project: Project, runner: Runner) -> List[str]:
-    error = check_venv(project)
-    if error:
-        raise PatchsetError(error)
-    actions: List[str] = []
-    if not project.venv.exists():
-        system_python = base_pin(project)["system_python"]
-        print(f"setup: creating {project.venv} from {system_python}", flush=True)
-        runner.run([system_python, "-m", "venv", "--system-site-packages", project.venv])
-        actions.append("venv")
-    versions = venv_versions(project, runner)
-    wrong = [f"{name}=={want}" for name, want in PINNED_PIP.items() if versions.get(name) != want]
-    if wrong:
-        print(f"setup: installing {' '.join(wrong)} into .venv", flush=True)
-        runner.run([project.venv_python, "-m", "pip", "install", "--disable-pip-version-check",
-                    "--no-input", *wrong])
-        versions = venv_versions(project, runner)
-        still = [name for name, want in PINNED_PIP.items() if versions.get(name) != want]
-        if still:
-            raise PatchsetError(f"pip did not install the pinned {', '.join(still)}")
-        actions.append("pip")
-    return actions
-
-
 # --- all together -------------------------------------------------------------------------
 
 def ensure_setup(project: Project, runner: Runner) -> List[str]:
     """Install what is missing; returns what was done (empty: everything was in place)."""
     actions: List[str] = []
-    missing = missing_apt_packages(runner)
+    missing = missing_apt_packages(runner, APT_PACKAGES)
     if missing:
         install_apt_packages(runner, missing)
         actions.append("apt")

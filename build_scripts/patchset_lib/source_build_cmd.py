@@ -27,7 +27,7 @@ from .series import reset_cached_checkout
 from .build_inputs import BUILD_APT_PACKAGES
 from .build_tree import BUILD_DIR, SMOKE_SAMPLE, SYSTEM_LIBS_ENV, prepare_tree, run_ninja, tree_dir
 from .common import PatchsetError, Project, Runner, base_pin
-from .setup_cmd import install_apt_packages, missing_apt_packages
+from .apt import install_apt_packages, missing_apt_packages
 
 VENV_DIR = ".venv-source-build"
 LOG_NAME = "source-build.log"

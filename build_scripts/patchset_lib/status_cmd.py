@@ -11,7 +11,7 @@ from typing import Callable, List, Tuple
 from .series import checkout_state, hashes, load_series, patched_result
 from .common import PatchsetError, Project, Runner, base_pin, quiet, read_base_hashes
 from .overlay import overlay_state
-from .setup_cmd import PINNED_PIP, check_venv, venv_versions
+from .project_venv import PINNED_PIP, check_venv_kind, venv_versions
 from .source import check_pristine, check_tarball, tarball_path
 
 OVERLAY_PTH = "patchset_overlay.pth"
@@ -53,7 +53,7 @@ def site_packages(project: Project) -> Path:
 def venv_status(project: Project, runner: Runner) -> str:
     if not project.venv_python.exists():
         return "missing (run `patchset setup`)"
-    error = check_venv(project)
+    error = check_venv_kind(project)
     if error:
         return error
     versions = venv_versions(project, runner)

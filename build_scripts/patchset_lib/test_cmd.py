@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import List, Sequence, Union
 
 from .common import Project, Runner
-from .install_cmd import install_project_venv
+from .overlay_hook import install_project_venv
 from .overlay import ensure_overlay
 from .setup_cmd import ensure_setup
 

@@ -18,18 +18,12 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .common import PatchsetError, Project, Runner
-from .install_cmd import (
-    HOOK_MODULE,
-    check_installed_hashes,
-    check_project_venv,
-    hook_source,
-    probe_python,
-)
-from .overlay import ManifestEntry, check_overlay_files, read_manifest
+from .overlay import check_overlay_files, read_manifest
+from .project_venv import check_project_venv
+from .sides import SIDES, Side, checked_torch_dir, installed_sides, venv_sides
 from .source import ensure_pristine
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed")
-SIDES = ("unpatched", "patched")
 LOADCHECK_PLUGIN = "patchset_loadcheck"
 # pytest exit codes that mean "the run itself broke" (internal error, usage error).
 BROKEN_EXIT_CODES = (3, 4)
@@ -143,12 +137,6 @@ def check_checkout(checkout: Path, selections: Sequence[Selection]) -> Optional[
     return None
 
 
-def check_hook_installed(purelib: Path) -> Optional[str]:
-    if not (purelib / f"{HOOK_MODULE}.pth").is_file():
-        return f"the overlay hook is not installed in {purelib}: run ./build_scripts/patchset install first"
-    return None
-
-
 def check_loaded(side: str, loaded: Mapping[str, Optional[str]], expected: Mapping[str, Path]) -> Optional[str]:
     """None when every module that the run imported came from the expected file."""
     for name, want in expected.items():
@@ -156,49 +144,6 @@ def check_loaded(side: str, loaded: Mapping[str, Optional[str]], expected: Mappi
         if got is not None and os.path.realpath(got) != os.path.realpath(want):
             return f"{side} run loaded {name} from {got}, expected {want}"
     return None
-
-
-def expected_files(side: str, overlay: Path, torch_dir: Path,
-                   entries: Sequence[ManifestEntry]) -> Dict[str, Path]:
-    files = {"torch": torch_dir / "__init__.py"}
-    root = overlay if side == "patched" else torch_dir.parent
-    files.update({e.module: root / e.path for e in entries})
-    return files
-
-
-# --- the two sides -----------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Side:
-    """One side of the comparison: which interpreter, how it is told which torch to load, and
-    which file each overlaid module must then come from."""
-
-    name: str  # "unpatched" | "patched"
-    python: Path
-    env: Mapping[str, str]
-    plugins: Tuple[str, ...]
-    expected: Mapping[str, Path]
-
-
-def venv_sides(project: Project, torch_dir: Path, entries: Sequence[ManifestEntry]) -> List[Side]:
-    """The project .venv, with its import hook on (patched) and off (unpatched)."""
-    return [Side(name, project.venv_python, {"PATCHSET_OVERLAY": "1" if name == "patched" else "0"}, (),
-                 expected_files(name, project.overlay, torch_dir, entries)) for name in SIDES]
-
-
-def installed_sides(project: Project, python: Path, torch_dir: Path, entries: Sequence[ManifestEntry],
-                    workdir: Path) -> List[Side]:
-    """A venv whose torch files `install --python` replaced: patched as it is; unpatched with
-    the import hook, loaded as a pytest plugin, pointed at the pristine base files instead."""
-    (workdir / f"{HOOK_MODULE}.py").write_text(
-        hook_source(project.pristine.resolve(), [e.module for e in entries]))
-    torch_files = {"torch": torch_dir / "__init__.py"}
-    return [
-        Side("unpatched", python, {"PATCHSET_OVERLAY": "1"}, (HOOK_MODULE,),
-             {**torch_files, **{e.module: project.pristine / e.path for e in entries}}),
-        Side("patched", python, {"PATCHSET_OVERLAY": "0"}, (),
-             {**torch_files, **{e.module: torch_dir.parent / e.path for e in entries}}),
-    ]
 
 
 # --- running -----------------------------------------------------------------------------
@@ -238,23 +183,6 @@ def run_side(project: Project, runner: Runner, checkout: Path, selection: Select
 def _summary_line(log: Path) -> str:
     lines = [line.strip("= ") for line in log.read_text().splitlines() if line.startswith("=")]
     return lines[-1] if lines else "(no summary)"
-
-
-def checked_torch_dir(project: Project, runner: Runner, python: Path,
-                      entries: Sequence[ManifestEntry]) -> Path:
-    """torch/ of `python`, refusing what cannot give a patched side (see the two kinds of sides)."""
-    info = probe_python(runner, python)
-    if info.torch_dir is None:
-        raise PatchsetError(f"{python} cannot find torch")
-    if python == project.venv_python:
-        error = check_hook_installed(info.purelib)
-    else:
-        error = check_installed_hashes(info.torch_dir.parent, entries)
-        if error is not None:
-            error += f": run ./build_scripts/patchset install --python {python} first"
-    if error is not None:
-        raise PatchsetError(error)
-    return info.torch_dir
 
 
 def run_upstream_tests(project: Project, runner: Runner, checkout: Path,

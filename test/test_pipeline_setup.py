@@ -81,7 +81,7 @@ def test_only_files_apt_reads_are_derived(tmp_path: Path) -> None:
 
 def test_apt_state_is_private_to_the_cache(tmp_path: Path) -> None:
     project = Project(tmp_path)
-    options = source.apt_options(project)
+    options = source.apt_options_in(source.apt_state_dir(project))
     dirs = [o.split("=", 1)[1] for o in options if o.startswith("Dir::")]
     assert {o.split("=", 1)[0] for o in options if o.startswith("Dir::")} == {
         "Dir::Etc::SourceList", "Dir::Etc::SourceParts", "Dir::State::Lists", "Dir::Cache"}

@@ -17,11 +17,9 @@ from .common import PatchsetError, Project, Runner
 from .source import (
     SYSTEM_SOURCE_LIST,
     SYSTEM_SOURCE_PARTS,
-    apt_options_in,
     check_tarball,
     derive_deb_src,
-    has_lists_in,
-    write_apt_state_in,
+    private_apt,
 )
 
 BUILD_FIXES_DIR = "build-fixes"
@@ -97,9 +95,7 @@ def ensure_debian_tarball(project: Project, runner: Runner) -> Path:
         return target
     state = inputs_dir(project) / "apt"
     stanzas, lines = retarget_suites(*derive_deb_src(SYSTEM_SOURCE_LIST, SYSTEM_SOURCE_PARTS), pin["suite"])
-    opts = apt_options_in(state)
-    if write_apt_state_in(state, stanzas, lines) or not has_lists_in(state):
-        runner.run(["apt-get", *opts, "update"])
+    opts = private_apt(runner, state, stanzas, lines)
     target.unlink(missing_ok=True)
     spec = f"{pin['debian_source_package']}={pin['debian_source_version']}"
     runner.run(["apt-get", *opts, "source", "--download-only", "--diff-only", spec], cwd=inputs_dir(project))

@@ -241,7 +241,7 @@ def new_facts(project: Project, got: Refreshed) -> Dict[Path, str]:
 
 def report(project: Project, runner: Runner, old: Sequence[Path], got: Refreshed, work: Path) -> List[str]:
     """Print what changed between the series; return warnings to repeat at the end."""
-    env = {k: v for k, v in series_io.commit_env(project).items() if not k.startswith("GIT_AUTHOR")}
+    env = series_io.am_env(project)
     print(f"base: {got.base}\nseries:")
     print("\n".join(summarize(old, got.patches)))
     diff = range_diff(runner, got.base_files, old, got.patches, work, env).rstrip()

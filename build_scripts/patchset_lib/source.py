@@ -84,11 +84,6 @@ def apt_state_dir(project: Project) -> Path:
     return project.source_cache / "apt"
 
 
-def apt_options(project: Project) -> List[str]:
-    """apt-get options that confine every read and write to our private apt state."""
-    return apt_options_in(apt_state_dir(project))
-
-
 def apt_options_in(state: Path) -> List[str]:
     """apt-get options that confine every read and write to the private apt state `state`."""
     return [
@@ -100,12 +95,6 @@ def apt_options_in(state: Path) -> List[str]:
         # Downloads land in root-owned cache dirs the _apt sandbox user cannot write to.
         "-o", "APT::Sandbox::User=root",
     ]
-
-
-def write_apt_state(project: Project) -> bool:
-    """Write the private deb-src configuration; True when it changed (lists need updating)."""
-    stanzas, lines = derive_deb_src(SYSTEM_SOURCE_LIST, SYSTEM_SOURCE_PARTS)
-    return write_apt_state_in(apt_state_dir(project), stanzas, lines)
 
 
 def write_apt_state_in(state: Path, stanzas: List[str], lines: List[str]) -> bool:
@@ -135,8 +124,13 @@ def has_lists_in(state: Path) -> bool:
                                   for p in lists.iterdir())
 
 
-def has_source_lists(project: Project) -> bool:
-    return has_lists_in(apt_state_dir(project))
+def private_apt(runner: Runner, state: Path, stanzas: List[str], lines: List[str]) -> List[str]:
+    """The apt-get options of the private apt state `state` with these deb-src entries, its
+    source lists updated when the entries changed or were never fetched."""
+    opts = apt_options_in(state)
+    if write_apt_state_in(state, stanzas, lines) or not has_lists_in(state):
+        runner.run(["apt-get", *opts, "update"])
+    return opts
 
 
 # --- the orig tarball ---------------------------------------------------------------------
@@ -158,9 +152,7 @@ def download_source(project: Project, runner: Runner) -> None:
     """apt-get source --download-only of the pinned version through the private apt state."""
     pin = base_pin(project)
     spec = f"{pin['debian_source_package']}={pin['debian_source_version']}"
-    opts = apt_options(project)
-    if write_apt_state(project) or not has_source_lists(project):
-        runner.run(["apt-get", *opts, "update"])
+    opts = private_apt(runner, apt_state_dir(project), *derive_deb_src(SYSTEM_SOURCE_LIST, SYSTEM_SOURCE_PARTS))
     # The Debian tarball of this version may be missing on the mirror: apt then fails after
     # fetching the orig tarball, so the verdict is the orig tarball's hash, not apt's exit code.
     proc = runner.run(["apt-get", *opts, "source", "--download-only", "--tar-only", spec],

@@ -21,6 +21,8 @@ from .venvs import installed_versions as installed_versions_in
 # Each entry: acceptable package names, the first being the one to install.
 APT_PACKAGES: Sequence[Sequence[str]] = (
     ("python3-torch",),
+    # the torchvision models of `bench` (M1, M2) and of the graph tests
+    ("python3-torchvision",),
     ("python3.11-venv", "python3-venv"),
     ("quilt",),
     ("git",),

@@ -2,6 +2,10 @@
 """Benchmark of the series: real tracing workloads R1-R5 (make_fx, aot_function and FakeTensorProp
 freeing their FakeTensorModes, patch 0005) and the converter memo workloads W1-W4 (patch 0001).
 
+M1-M2 fake-trace torchvision training steps (resnet18, mobilenet_v2) at batch 2 and batch 32:
+with a Meta kernel for every op, the big batch costs what the small one does, and no op reaches
+run_fallback_kernel (whose calls the workers count).
+
 F1 measures patch 0003 instead: the peak memory of a fallback kernel whose output is a view of
 a big input, against the real zero stand-in the fallback cannot do without.
 
@@ -40,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "W1", "W2", "W3", "W3v", "W4", "F1")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "W1", "W2", "W3", "W3v", "W4", "F1")
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
@@ -56,11 +60,15 @@ FULL_SIZES: Dict[str, int] = {
     "w4_hits": 100_000,
     "r1_traces": 200,
     "r_traces": 100,
+    "m_traces": 5,
+    "m_image": 224,
+    "m_small_batch": 2,
+    "m_large_batch": 32,
     "f1_elements": 50_000_000,
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
-    r1_traces=20, r_traces=10, f1_elements=5_000_000,
+    r1_traces=20, r_traces=10, m_traces=2, f1_elements=5_000_000,
 )
 
 
@@ -470,6 +478,95 @@ def work_r5(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
                         sizes["r1_traces"], release=kept.clear)
 
 
+# --- M1-M2: torchvision training steps, fake-traced at two batch sizes (meta kernels) ----------
+# A trace of a big batch should cost what a trace of a small one does: no op may run a real
+# kernel on full-size stand-ins (run_fallback_kernel), so time and peak memory stay flat.
+
+M_MODELS = {"M1": "resnet18", "M2": "mobilenet_v2"}
+
+
+def count_fallback_calls(torch: Any) -> Callable[[], int]:
+    """Wrap fake_tensor.run_fallback_kernel; returns a reader of the calls made so far."""
+    import torch._subclasses.fake_tensor as fake_tensor
+
+    original = getattr(fake_tensor, "run_fallback_kernel", None)
+    if original is None:
+        return lambda: -1
+    calls = [0]
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    fake_tensor.run_fallback_kernel = counting
+    return lambda: calls[0]
+
+
+def train_step_trace(torch: Any, model: Any, batch: int, image: int) -> Callable[[], Any]:
+    """make_fx fake of forward, cross-entropy and loss.backward(), parameters and buffers
+    passed in through functional_call; random weights and inputs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.nn.utils import stateless
+
+    params = {name: torch.nn.Parameter(p.detach().clone()) for name, p in model.named_parameters()}
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    x = torch.randn(batch, 3, image, image)
+    target = torch.randint(0, 1000, (batch,))
+
+    def step(params: Dict[str, Any], buffers: Dict[str, Any], x: Any, target: Any) -> Any:
+        out = stateless.functional_call(model, {**params, **buffers}, (x,))
+        loss = torch.nn.functional.cross_entropy(out, target)
+        loss.backward()
+        return loss, [p.grad for p in params.values()]
+
+    return lambda: make_fx(step, tracing_mode="fake")(params, buffers, x, target)
+
+
+def peak_rss_growth_mb(run: Callable[[], Any]) -> Optional[float]:
+    """Peak RSS during `run` above the RSS before it (VmHWM reset through clear_refs)."""
+    gc.collect()
+    before = proc_status_kb("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return None
+    run()
+    peak = proc_status_kb("VmHWM")
+    return None if before is None or peak is None else (peak - before) / 1024
+
+
+def work_m(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> Dict[str, Any]:
+    import warnings
+
+    import torchvision
+
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, M_MODELS[workload])()
+    calls = count_fallback_calls(torch)
+    out: Dict[str, Any] = {}
+    # the small batch first: the big one's freed pages must not hide the small one's peak
+    for label, batch in (("small", sizes["m_small_batch"]), ("large", sizes["m_large_batch"])):
+        trace = train_step_trace(torch, model, batch, sizes["m_image"])
+        trace()  # warm-up
+        gc.collect()
+        before = calls()
+        start = time.perf_counter()
+        for _ in range(sizes["m_traces"]):
+            trace()
+        out[f"ms_{label}"] = (time.perf_counter() - start) * 1e3 / sizes["m_traces"]
+        out[f"fallback_calls_{label}"] = (
+            None if before < 0 else (calls() - before) // sizes["m_traces"])
+        out[f"peak_mb_{label}"] = peak_rss_growth_mb(trace)
+        del trace
+        gc.collect()
+    out["large_over_small"] = out["ms_large"] / out["ms_small"]
+    if out["peak_mb_small"] is not None and out["peak_mb_large"] is not None:
+        out["peak_mb_large_minus_small"] = out["peak_mb_large"] - out["peak_mb_small"]
+    return out
+
+
 def proc_status_kb(field: str) -> Optional[int]:
     try:
         with open("/proc/self/status") as status:
@@ -525,6 +622,8 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "R3": work_r3,
     "R4": work_r4,
     "R5": work_r5,
+    "M1": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M1"),
+    "M2": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M2"),
     "F1": work_f1,
 }
 
@@ -676,6 +775,17 @@ R_ROWS: List[Tuple[str, str, str]] = [
     ("finalizers_added", "finalizers added", "count"),
 ]
 ROWS.update({name: R_ROWS for name in ("R1", "R2", "R3", "R4", "R5")})
+M_ROWS: List[Tuple[str, str, str]] = [
+    ("ms_small", "ms per trace, batch {m_small_batch}", "time"),
+    ("ms_large", "ms per trace, batch {m_large_batch}", "time"),
+    ("large_over_small", "batch {m_large_batch} / batch {m_small_batch} time (per repeat)", "info"),
+    ("peak_mb_small", "peak RSS above the inputs, batch {m_small_batch} (MB)", "mem"),
+    ("peak_mb_large", "peak RSS above the inputs, batch {m_large_batch} (MB)", "mem"),
+    ("peak_mb_large_minus_small", "batch {m_large_batch} - batch {m_small_batch} peak (MB)", "mem"),
+    ("fallback_calls_small", "run_fallback_kernel calls per trace, batch {m_small_batch}", "count"),
+    ("fallback_calls_large", "run_fallback_kernel calls per trace, batch {m_large_batch}", "count"),
+]
+ROWS.update({name: M_ROWS for name in M_MODELS})
 ROWS["F1"] = [
     ("outcome", "result of the call", "info"),
     ("stand_ins_mb", "real zero stand-in (MB)", "info"),
@@ -697,6 +807,10 @@ TITLES = {
     "R3": "R3 {r_traces:,} x make_fx fake: nn.TransformerEncoderLayer, loss.backward()",
     "R4": "R4 {r_traces:,} x functorch aot_function (use_fake_tensor=True): MLP forward+backward",
     "R5": "R5 {r1_traces:,} x FakeTensorProp(...).propagate: MLP with parameters as inputs",
+    "M1": "M1 {m_traces:,} x make_fx fake: torchvision resnet18 train step (cross-entropy, "
+          "loss.backward()), {m_image}x{m_image} images",
+    "M2": "M2 {m_traces:,} x make_fx fake: torchvision mobilenet_v2 train step (cross-entropy, "
+          "loss.backward()), {m_image}x{m_image} images",
     "F1": "F1 fallback op returning a view of a {f1_elements:,}-element float32 input",
 }
 
@@ -791,6 +905,16 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
         # Timings on this shared machine move by about 10% between runs.
         out["ms_per_trace"] = ("<= unpatched (+10%)", verdict(
             None if ref is None else cmp("ms_per_trace", lambda v: v <= ref * 1.1)))
+    if workload in M_MODELS:
+        out["large_over_small"] = ("<= 1.15", verdict(cmp("large_over_small", lambda v: v <= 1.15)))
+        out["peak_mb_large_minus_small"] = ("<= 16 MB", verdict(
+            cmp("peak_mb_large_minus_small", lambda v: v <= 16)))
+        for key in ("fallback_calls_small", "fallback_calls_large"):
+            out[key] = ("0", verdict(cmp(key, lambda v: v == 0)))
+        ref, vs = num(unp, "ms_small"), num(agg.get("vs", {}), "ms_small")
+        text = "<= 0.6x unpatched" + (" and <= vs" if "vs" in agg else "")
+        out["ms_small"] = (text, verdict(None if ref is None else cmp(
+            "ms_small", lambda v: v <= 0.6 * ref and (vs is None or v <= vs))))
     if workload == "F1":
         out["peak_over_stand_ins"] = ("<= 1.1 (stand-ins + 10%)",
                                       verdict(cmp("peak_over_stand_ins", lambda v: v <= 1.1)))

@@ -158,6 +158,14 @@ def _patchset_positives(x):
     return int((x > 0).sum())
 
 
+def _patchset_normalized(x):
+    # fails on the values: zero-filled stand-ins are an invalid input
+    total = x.sum()
+    if total == 0:
+        raise RuntimeError("normalized: the values sum to zero")
+    return x / total
+
+
 _patchset_lib = torch.library.Library("patchset_test", "DEF")
 for _schema, _kernel in [
     ("mutate_(Tensor(a!) x) -> Tensor(a!)", _patchset_mutate_),
@@ -182,6 +190,7 @@ for _schema, _kernel in [
     ("as_real(Tensor(a) x) -> Tensor(a)", _patchset_as_real),
     ("known_output(Tensor x) -> Tensor", _patchset_known_output),
     ("positives(Tensor x) -> int", _patchset_positives),
+    ("normalized(Tensor x) -> Tensor", _patchset_normalized),
 ]:
     _patchset_lib.define(_schema)
     _patchset_lib.impl(_schema.split("(")[0], _kernel, "CPU")
@@ -1114,12 +1123,12 @@ class FallbackKernelErrorTest(TestCase):
         probs = mode.from_tensor(torch.rand(3, 5))
         with self.assertRaises(NotImplementedError) as cm:
             with mode:
-                torch.multinomial(probs, 2)
+                _patchset_ops.normalized(probs)
         message = str(cm.exception)
-        self.assertIn("aten.multinomial.default", message)
+        self.assertIn("patchset_test.normalized.default", message)
         self.assertIn("ran its kernel on zero-filled stand-ins of the inputs", message)
         self.assertIsInstance(cm.exception.__cause__, RuntimeError)
-        self.assertIn("invalid multinomial distribution", str(cm.exception.__cause__))
+        self.assertIn("the values sum to zero", str(cm.exception.__cause__))
         self.assertIn(str(cm.exception.__cause__), message)
 
     def test_non_mutable_input_changed_by_kernel_raises(self):

@@ -246,3 +246,12 @@ def test_system_torch_check_names_a_base_file_that_differs(
     error = check_system_torch(project, Runner(echo=False))
 
     assert error is not None and str(fake_torch / "_subclasses" / "meta_utils.py") in error
+
+
+def test_setup_wants_torchvision_for_the_model_benchmarks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchset_lib import setup_cmd
+
+    present = {name for group in setup_cmd.APT_PACKAGES for name in group} - {"python3-torchvision"}
+    monkeypatch.setattr(setup_cmd, "installed_versions",
+                        lambda runner, names: {name: "1" for name in names if name in present})
+    assert setup_cmd.missing_apt_packages(Runner(echo=False)) == ["python3-torchvision"]

@@ -144,7 +144,8 @@ def test_parse_selection() -> None:
         "test/test_meta.py", ("-k", "TestMetaConverter"))
     selection = ut.parse_selection("test/test_fake_tensor.py::FakeTensorTest", None)
     assert selection.target() == "test_fake_tensor.py::FakeTensorTest"
-    assert ut.DEFAULT_SELECTIONS[1].label == "test/test_meta.py -k TestMetaConverter"
+    assert ut.DEFAULT_SELECTIONS[1].label == (
+        "test/test_meta.py -k 'TestMetaConverter or TestMetaKernelsMatchCPU'")
     assert ut.DEFAULT_SELECTIONS[2].label == "test/test_proxy_tensor.py -k 'not TestProxyTensorOpInfo'"
 
 
@@ -270,3 +271,36 @@ def test_missing_checkout_file_is_an_error(tmp_path: Path) -> None:
     checkout = make_checkout(tmp_path / "checkout")
     with pytest.raises(PatchsetError, match="no test file .*test_fake_tensor.py"):
         ut.run_upstream_tests(project, Runner(log_file=None, echo=False), checkout)
+
+
+# --- the series' own upstream tests, on the real project ----------------------------------------
+
+
+def table_counts(out: str, label: str) -> dict:
+    """{outcome: (unpatched, patched)} of the table printed under `label`."""
+    lines = out.split(label + "\n", 1)[1].splitlines()
+    counts = {}
+    for line in lines[1:1 + len(ut.OUTCOMES)]:
+        name, left, _, right = line.split()
+        counts[name] = (int(left), int(right))
+    return counts
+
+
+def test_meta_kernel_tests_of_the_series_pass_patched_and_fail_unpatched(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # test_meta.py as the series leaves it, run by upstream-tests with the real project venv
+    from patchset_lib import apply_cmd
+    from patchset_lib.common import find_project
+
+    project = find_project(HERE.parent / "build_scripts")
+    runner = Runner(log_file=None, echo=False)
+    checkout = tmp_path / "checkout"
+    (checkout / "test").mkdir(parents=True)
+    result = apply_cmd.patched_result(project, runner)
+    (checkout / "test" / "test_meta.py").write_bytes(result["test/test_meta.py"])
+    selection = ut.Selection("test/test_meta.py", ("-k", "TestMetaKernelsMatchCPU"))
+    code = ut.run_upstream_tests(project, runner, checkout, [selection])
+    counts = table_counts(capsys.readouterr().out, selection.label)
+    assert code == 0
+    assert counts["failed"][1] == 0 and counts["passed"][1] >= 100
+    assert counts["failed"][0] > 0  # the kernels are what the series adds

@@ -1,4 +1,5 @@
 """Patch 0005 moves make_fx's tracing state into the tracer: the traced graphs must not change;
+nor may the Meta kernels of 0006 change the graphs of training steps that used the fallback;
 patch 0004 makes the fakes of view inputs autograd views: neither may their graphs, except where
 real execution differs (backward() through a view input fills its base's .grad).
 
@@ -117,6 +118,50 @@ TRACES = textwrap.dedent('''
             codes["viewbackward-" + mode] = make_fx(backward_of_view, tracing_mode=mode)(
                 torch.randn(4, 3, requires_grad=True)[1:].t()).code
 
+    # training steps of torchvision models (small images) and of nn modules whose backward
+    # ops have Meta kernels since 0006: a meta kernel changes no graph
+    import torchvision
+
+    def train_step_of(net):
+        def train_step(params, buffers, x, target):
+            out = stateless.functional_call(net, {**params, **buffers}, (x,))
+            loss = torch.nn.functional.cross_entropy(out, target)
+            loss.backward()
+            return [loss] + [p.grad for p in params.values()]
+        net_params = {n: torch.nn.Parameter(p.detach().clone()) for n, p in net.named_parameters()}
+        net_buffers = {n: b.detach().clone() for n, b in net.named_buffers()}
+        return lambda x, target: make_fx(train_step, tracing_mode="fake")(
+            net_params, net_buffers, x, target).code
+
+    for name in ("resnet18", "mobilenet_v2"):
+        codes["model-" + name] = train_step_of(getattr(torchvision.models, name)())(
+            torch.randn(2, 3, 32, 32), torch.randint(0, 1000, (2,)))
+
+    class Mix(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            nn = torch.nn
+            self.conv1d = nn.Conv1d(3, 4, 3, groups=1, dilation=2)
+            self.convt = nn.ConvTranspose2d(3, 4, 3, stride=2, output_padding=1)
+            self.conv3d = nn.Conv3d(3, 2, 3, padding=1)
+            self.norm = nn.GroupNorm(2, 4)
+            self.pad = nn.ReflectionPad2d(1)
+            self.up = nn.Upsample(scale_factor=2)
+            self.pool3d = nn.MaxPool3d(2)
+            self.pad3d = nn.ReplicationPad3d(1)
+            self.head = nn.Linear(4 + 4 + 2, 5)
+
+        def forward(self, x):
+            a = self.conv1d(x.flatten(2)).mean(2)
+            b = torch.nn.functional.adaptive_avg_pool2d(
+                self.pad(self.norm(self.convt(x))),
+                (3, 2)).mean((2, 3))
+            c = self.pad3d(self.pool3d(self.up(self.conv3d(x.unsqueeze(2).expand(-1, -1, 4, -1, -1)))))
+            c = torch.nn.functional.adaptive_avg_pool3d(c, 2).mean((2, 3, 4))
+            return self.head(torch.cat([a, b, c], 1))
+
+    codes["model-nn-mix"] = train_step_of(Mix())(torch.randn(2, 3, 6, 6), torch.randint(0, 5, (2,)))
+
     gm = torch.fx.symbolic_trace(lambda x: torch.nn.functional.silu(x).t())
     graph = torch.fx.Graph()
     DecompositionInterpreter(gm, graph).run(torch.randn(2, 3))
@@ -156,7 +201,7 @@ def test_sides_load_different_proxy_tensor_modules(both: Dict[str, Dict[str, Any
 
 def test_every_trace_made_a_graph(both: Dict[str, Dict[str, Any]]) -> None:
     for side in both.values():
-        assert len(side["codes"]) == 21
+        assert len(side["codes"]) == 24
         assert all("def forward" in code for code in side["codes"].values())
 
 
@@ -164,7 +209,7 @@ def test_every_trace_made_a_graph(both: Dict[str, Dict[str, Any]]) -> None:
     "views-real", "views-fake", "views-symbolic", "backward-fake", "inplace-fake",
     "inplace-symbolic", "nested-inner", "nested-outer", "decomposition-interpreter",
     "viewinput-leafview-fake", "viewinput-leafview-symbolic", "viewinput-gradbase-fake",
-    "viewinput-gradbase-symbolic",
+    "viewinput-gradbase-symbolic", "model-resnet18", "model-mobilenet_v2", "model-nn-mix",
 ])
 def test_traced_code_is_unchanged(both: Dict[str, Dict[str, Any]], name: str) -> None:
     assert both["patched"]["codes"][name] == both["unpatched"]["codes"][name]

@@ -22,6 +22,8 @@ from .venvs import ensure_pinned_venv, venv_python
 # Each entry: acceptable package names, the first being the one to install.
 APT_PACKAGES: Sequence[Sequence[str]] = (
     ("python3-torch",),
+    # the torchvision models of `bench` (M1, M2) and of the graph tests
+    ("python3-torchvision",),
     ("python3.11-venv", "python3-venv"),
     ("quilt",),
     ("git",),

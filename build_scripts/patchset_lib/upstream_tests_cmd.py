@@ -60,7 +60,8 @@ class Selection:
 
 DEFAULT_SELECTIONS: Tuple[Selection, ...] = (
     Selection("test/test_fake_tensor.py"),
-    Selection("test/test_meta.py", ("-k", "TestMetaConverter")),
+    # the meta converter's tests and the series' own meta-kernel-vs-CPU tests
+    Selection("test/test_meta.py", ("-k", "TestMetaConverter or TestMetaKernelsMatchCPU")),
     # make_fx over every OpInfo (1,806 tests) takes most of an hour per side on 2 cores: run it
     # with `--files test/test_proxy_tensor.py`.
     Selection("test/test_proxy_tensor.py", ("-k", "not TestProxyTensorOpInfo")),

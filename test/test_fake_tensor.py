@@ -1951,6 +1951,66 @@ class FakeViewConversionTest(TestCase):
         self.assertIs(fv._base, mode.from_tensor(x))
 
 
+def _patchset_grad_fn_names(t):
+    names, node = [], t.grad_fn
+    while node is not None and len(names) < 12:
+        names.append(node.name())
+        node = node.next_functions[0][0] if node.next_functions else None
+    return names
+
+
+_PATCHSET_GRAD_BASE = torch.randn(4, 6, requires_grad=True)
+_PATCHSET_VIEWS_OF_GRAD_BASE = {
+    "slice": lambda b: b[1:],
+    "strided_slices": lambda b: b[1:, ::2],
+    "slice_t": lambda b: b[1:].t(),
+    "select": lambda b: b[1],
+    "view": lambda b: b.view(24),
+    "view_of_view": lambda b: b.view(24).view(2, 12),
+    "unsqueeze_squeeze": lambda b: b[None].squeeze(0),
+    "diagonal": lambda b: b.diagonal(),
+    "unfold": lambda b: b.unfold(1, 2, 1),
+    "expand": lambda b: b[:1].expand(3, 6),
+    "permute": lambda b: b.permute(1, 0),
+    "transpose": lambda b: b.transpose(0, 1),
+    "as_strided": lambda b: b.as_strided((2, 2), (1, 2), 1),
+    "alias": lambda b: torch.ops.aten.alias.default(b),
+}
+
+
+class FakeViewGradFnKindTest(TestCase):
+    """The grad_fn of a converted view of a base requiring grad is of the real view's kinds
+    (its view ops replayed on the base's fake or meta), not one AsStridedBackward0."""
+
+    @parametrize("kind", list(_PATCHSET_VIEWS_OF_GRAD_BASE))
+    def test_fake_of_view_has_real_grad_fn_kinds(self, kind):
+        v = _PATCHSET_VIEWS_OF_GRAD_BASE[kind](_PATCHSET_GRAD_BASE)
+        mode = FakeTensorMode()
+        fv = mode.from_tensor(v)
+        self.assertEqual(_patchset_grad_fn_names(fv), _patchset_grad_fn_names(v))
+        self.assertEqual((fv.shape, fv.stride(), fv.storage_offset()),
+                         (v.shape, v.stride(), v.storage_offset()))
+        self.assertIs(fv._base, mode.from_tensor(_PATCHSET_GRAD_BASE))
+
+    @parametrize("kind", ["slice_t", "unfold", "expand"])
+    def test_meta_of_view_has_real_grad_fn_kinds(self, kind):
+        v = _PATCHSET_VIEWS_OF_GRAD_BASE[kind](_PATCHSET_GRAD_BASE)
+        self.assertEqual(_patchset_grad_fn_names(MetaConverter()(v)), _patchset_grad_fn_names(v))
+
+    def test_multi_output_view_meta_has_real_grad_fn_kind(self):
+        v = _PATCHSET_GRAD_BASE.split([1, 3])[1].t()
+        self.assertEqual(_patchset_grad_fn_names(MetaConverter()(v)), _patchset_grad_fn_names(v))
+
+    def test_backward_through_replayed_view_reaches_base_fake(self):
+        mode = FakeTensorMode()
+        fv = mode.from_tensor(_PATCHSET_GRAD_BASE[1:].t())
+        (grad,) = torch.autograd.grad(fv.sum(), mode.from_tensor(_PATCHSET_GRAD_BASE))
+        self.assertEqual(grad.shape, _PATCHSET_GRAD_BASE.shape)
+
+
+instantiate_parametrized_tests(FakeViewGradFnKindTest)
+
+
 class FakeViewSymbolicAndConstantConversionTest(TestCase):
     """Views converted with a ShapeEnv (make_fx's tracing_mode="symbolic") or as constants are
     autograd views of their base's fake too (1.13.1 and the eager-only version: leaf fakes)."""

@@ -13,6 +13,10 @@ FakeTensorMode(allow_fallback_kernels=True).  Each (op, variant, sample) is clas
   clear error      the fake raises a NotImplementedError or a FakeTensor exception
   crash            the fake raises anything else, or the worker process dies
   skipped          the real run raises, or the inputs cannot be faked
+The "symbolic" variant runs the functional form on inputs that are views (each tensor input
+replaced by an as_strided view of itself with its own layout), converted with a ShapeEnv and
+run under the python dispatcher, as make_fx(..., tracing_mode="symbolic") does (fallback kernels
+off, as there); symbolic sizes are compared by their values.
 and marked when it reached the fallback kernel, and when the fake inputs already differed from
 the real ones before the op ran (a conversion difference, not the op's).  Unpatched (PATCHSET_OVERLAY=0) and patched
 (PATCHSET_OVERLAY=1) run as two workers of the same interpreter; the summary puts them side by
@@ -30,7 +34,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 CLASSES = ("same", "silent mismatch", "clear error", "crash", "skipped")
-VARIANTS = ("functional", "inplace", "out")
+VARIANTS = ("functional", "inplace", "out", "symbolic")
 QUICK_SAMPLES = 2
 Record = Dict[str, Any]
 
@@ -64,6 +68,28 @@ def pick_dtype(op: Any) -> Any:
     return sorted(dtypes, key=str)[0] if dtypes else None
 
 
+def concrete(xs: Any) -> Any:
+    """Ints for the sizes, strides or offset of a tensor, symbolic ones by their value."""
+    import torch
+
+    def value(x: Any) -> int:
+        if isinstance(x, torch.SymIntNode):
+            sym = x.get_pyobj()
+            return int(sym.shape_env.size_hint(sym.expr))
+        return x
+
+    return [value(x) for x in xs] if isinstance(xs, (list, tuple)) else value(xs)
+
+
+def as_view(t: Any) -> Any:
+    """A view of t with t's layout and data (a real view input)."""
+    import torch
+
+    if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_sparse:
+        return t.as_strided(t.size(), t.stride(), t.storage_offset())
+    return t
+
+
 def describe(t: Any, inputs: Sequence[Any]) -> Any:
     """The metadata compared between real and fake, aliasing relative to the inputs."""
     import torch
@@ -71,7 +97,7 @@ def describe(t: Any, inputs: Sequence[Any]) -> Any:
     if not isinstance(t, torch.Tensor):
         return ["value", type(t).__name__]
     if t.layout != torch.strided:
-        return [str(t.layout), str(t.dtype), list(t.shape), t.device.type]
+        return [str(t.layout), str(t.dtype), concrete(list(t.shape)), t.device.type]
     alias = "fresh"
     for index, inp in enumerate(inputs):
         if t is inp:
@@ -80,8 +106,8 @@ def describe(t: Any, inputs: Sequence[Any]) -> Any:
         if inp.layout == torch.strided and torch._C._storage_id(t) == torch._C._storage_id(inp):
             alias = f"shares storage of input {index}"
             break
-    return [str(t.dtype), list(t.shape), list(t.stride()), t.storage_offset(), t.device.type,
-            t._is_view(), alias]
+    return [str(t.dtype), concrete(list(t.shape)), concrete(list(t.stride())),
+            concrete(t.storage_offset()), t.device.type, t._is_view(), alias]
 
 
 def flat_tensors(tree: Any) -> List[Any]:
@@ -92,7 +118,7 @@ def flat_tensors(tree: Any) -> List[Any]:
 
 
 def call_variant(op: Any, variant: str, sample: Any, outs: Any) -> Any:
-    if variant == "functional":
+    if variant in ("functional", "symbolic"):
         return op(sample.input, *sample.args, **sample.kwargs)
     if variant == "inplace":
         return op.inplace_variant(sample.input, *sample.args, **sample.kwargs)
@@ -116,6 +142,7 @@ def variants_of(op: Any) -> List[str]:
         found.append("inplace")
     if op.supports_out:
         found.append("out")
+    found.append("symbolic")
     return found
 
 
@@ -131,6 +158,8 @@ def is_clear_error(error: BaseException) -> bool:
 
 
 def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: List[int]) -> Record:
+    import contextlib
+
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._pytree import tree_map
@@ -138,13 +167,25 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: Li
     record: Record = {"op": op_key(op), "variant": variant, "sample": sample_index,
                       "fallback": False, "detail": ""}
     outs = None
+    dispatcher: Any = contextlib.nullcontext()
     try:
         if variant == "out":
             outs = empty_outs(call_variant(op, "functional", sample, None))
             if outs is None:
                 return {**record, "class": "skipped", "detail": "no tensor outputs for out="}
-        mode = FakeTensorMode(allow_fallback_kernels=True)
-        to_fake = lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t  # noqa: E731
+        if variant == "symbolic":
+            from torch._dispatch.python import enable_python_dispatcher
+            from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+            sample = sample.transform(as_view)
+            shape_env = ShapeEnv()
+            mode = FakeTensorMode(allow_fallback_kernels=False)
+            dispatcher = enable_python_dispatcher()
+            to_fake = lambda t: (  # noqa: E731
+                mode.from_tensor(t, shape_env=shape_env) if isinstance(t, torch.Tensor) else t)
+        else:
+            mode = FakeTensorMode(allow_fallback_kernels=True)
+            to_fake = lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t  # noqa: E731
         fake_sample = sample.transform(to_fake) if hasattr(sample, "transform") else None
         fake_outs = tree_map(to_fake, outs)
         real_inputs = flat_tensors((sample.input, sample.args, sample.kwargs, outs))
@@ -157,7 +198,7 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: Li
         return {**record, "class": "skipped", "detail": f"{type(error).__name__}: {error}"[:200]}
     before = fallback[0]
     try:
-        with mode:
+        with mode, dispatcher:
             fake = call_variant(op, variant, fake_sample, fake_outs)
     except Exception as error:
         kind = "clear error" if is_clear_error(error) else "crash"

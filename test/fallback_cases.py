@@ -20,6 +20,7 @@ CASES = [
     ("transpose_view", "returns a transpose of its input"),
     ("second_view", "returns a view of its second input"),
     ("dtype_view", "returns a dtype view of its input"),
+    ("dtype_view_version", "dtype view: version counter shared with x? (real: yes, no _base)"),
     ("strided_input_view", "narrow view of a non-contiguous, offset fake"),
     ("not_a_view", "returns a storage-sharing non-view reading past its input (real: the storage grows)"),
     ("view_base", "narrow view: autograd view of the input fake?"),
@@ -116,6 +117,14 @@ def case_view_base(torch, mode, ops, x, known):
     return f"_is_view() {out._is_view()}, _base is x: {out._base is x}"
 
 
+def case_dtype_view_version(torch, mode, ops, x, known):
+    out = ops.dtype_view(x)
+    before = out._version
+    x.add_(0)
+    shared = "yes" if out._version != before else "no"
+    return f"{shared}, _base {'x' if out._base is x else out._base}"
+
+
 def case_kthvalue_out(torch, mode, ops, x, known):
     v, i = torch.empty(0), torch.empty(0, dtype=torch.long)
     torch.kthvalue(torch.empty(5, 6), 2, 1, out=(v, i))
@@ -178,7 +187,7 @@ def case_is_set_to(torch, mode, ops, x, known):
 
 SPECIAL = {
     "item": case_item, "is_set_to": case_is_set_to,
-    "view_base": case_view_base, "kthvalue_out": case_kthvalue_out, "take_out": case_take_out,
+    "view_base": case_view_base, "dtype_view_version": case_dtype_view_version, "kthvalue_out": case_kthvalue_out, "take_out": case_take_out,
     "multinomial": case_multinomial, "raw_strided": case_raw_strided,
     "aliased_inputs": case_aliased_inputs, "known_output": case_known_output,
     "complex_view": case_complex_view,

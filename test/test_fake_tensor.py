@@ -107,6 +107,28 @@ def _patchset_int_view(x):
     return x.view(torch.int32)
 
 
+def _patchset_short_view(x):
+    return x.view(torch.int16)
+
+
+def _patchset_double_view(x):
+    return x.view(torch.float64)
+
+
+def _patchset_int_view_narrowed(x):
+    # a view of a dtype view: its _base is the int32 tensor, not x
+    return x.view(torch.int32)[1:]
+
+
+def _patchset_detached(x):
+    return x.detach()
+
+
+def _patchset_short_view_of_transpose(x):
+    # element sizes differ: only the transpose's layout (not x's) allows the dtype view
+    return x.t().view(torch.int16)
+
+
 def _patchset_flat_view(x):
     # fails, as for real, when the input is not contiguous
     _patchset_seen(x)
@@ -180,6 +202,11 @@ for _schema, _kernel in [
     ("strided_view(Tensor(a) x) -> Tensor(a)", _patchset_strided_view),
     ("second_view(Tensor x, Tensor(b) y) -> Tensor(b)", _patchset_second_view),
     ("int_view(Tensor(a) x) -> Tensor(a)", _patchset_int_view),
+    ("short_view(Tensor(a) x) -> Tensor(a)", _patchset_short_view),
+    ("double_view(Tensor(a) x) -> Tensor(a)", _patchset_double_view),
+    ("int_view_narrowed(Tensor(a) x) -> Tensor(a)", _patchset_int_view_narrowed),
+    ("detached(Tensor(a) x) -> Tensor(a)", _patchset_detached),
+    ("short_view_of_transpose(Tensor(a) x) -> Tensor(a)", _patchset_short_view_of_transpose),
     ("flat_view(Tensor(a) x) -> Tensor(a)", _patchset_flat_view),
     ("raw_alias(Tensor(a) x) -> Tensor(a)", _patchset_raw_alias),
     ("bad_pair(Tensor(a) x) -> (Tensor, Tensor(a))", _patchset_bad_pair),
@@ -1080,6 +1107,111 @@ class FallbackKernelViewTest(TestCase):
         self.assertEqual(out._version, fx._version)
 
 
+_PATCHSET_DTYPE_VIEW_OPS = {
+    "int32": "int_view", "int16": "short_view", "float64": "double_view",
+}
+_PATCHSET_DTYPE_VIEW_INPUTS = {
+    "contiguous": lambda: torch.randn(6, 4),
+    "transposed": lambda: torch.randn(4, 6).t(),
+    "offset_slice": lambda: torch.randn(7, 4)[1:],
+    "non_dense": lambda: torch.randn(6, 8)[:, ::2],
+    "expanded": lambda: torch.randn(1, 4).expand(6, 4),
+    "requires_grad": lambda: torch.randn(6, 4, requires_grad=True),
+}
+
+
+def _patchset_version_moves(out, x, mode=None):
+    """Whether an in-place op on x's base (x itself when no view) bumps out's version."""
+    before = out._version
+    with (mode or contextlib.nullcontext()), torch.no_grad():
+        (x._base if x._is_view() else x).add_(0)
+    return out._version != before
+
+
+class FallbackKernelDtypeViewTest(TestCase):
+    """view(dtype) inside a fallback kernel: autograd does not record it as a view (no _base,
+    no grad_fn) but the output shares its input's version counter; the fake output does too."""
+
+    def _fields(self, t):
+        return (t.dtype, t.shape, t.stride(), t.storage_offset(), t._is_view(), t.requires_grad,
+                t.grad_fn is None)
+
+    @parametrize("dtype", list(_PATCHSET_DTYPE_VIEW_OPS))
+    @parametrize("layout", list(_PATCHSET_DTYPE_VIEW_INPUTS))
+    def test_dtype_view_shares_input_version_counter_as_real(self, dtype, layout):
+        op = getattr(_patchset_ops, _PATCHSET_DTYPE_VIEW_OPS[dtype])
+        x = _PATCHSET_DTYPE_VIEW_INPUTS[layout]()
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(x)
+        try:
+            real = op(x)
+        except RuntimeError as real_error:
+            # an element size the layout cannot be viewed with: the fake raises it as well
+            with self.assertRaisesRegex(NotImplementedError, "zero-filled stand-ins") as caught:
+                with mode:
+                    op(fx)
+            self.assertIs(type(caught.exception.__cause__), type(real_error))
+            return
+        with mode:
+            out = op(fx)
+        self.assertIsInstance(out, FakeTensor)
+        self.assertEqual(self._fields(out), self._fields(real))
+        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
+        self.assertTrue(_patchset_version_moves(real, x))
+        self.assertTrue(_patchset_version_moves(out, fx, mode))
+
+    def test_view_of_dtype_view_shares_input_version_counter(self):
+        x = torch.randn(4, 6)
+        real = _patchset_ops.int_view_narrowed(x)
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(x)
+        with mode:
+            out = _patchset_ops.int_view_narrowed(fx)
+        self.assertEqual(self._fields(out), self._fields(real))
+        self.assertTrue(real._is_view())
+        self.assertIsNot(out._base, fx)
+        self.assertTrue(_patchset_version_moves(out, fx, mode))
+
+    def test_detached_input_shares_its_version_counter(self):
+        x = torch.randn(4, 6, requires_grad=True)
+        real = _patchset_ops.detached(x)
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(x)
+        with mode:
+            out = _patchset_ops.detached(fx)
+        self.assertEqual(self._fields(out), self._fields(real))
+        self.assertIsNot(out, fx)
+        self.assertTrue(_patchset_version_moves(out, fx, mode))
+
+    def test_dtype_view_of_a_layout_the_input_has_not(self):
+        x = torch.randn(6, 4).t()
+        real = _patchset_ops.short_view_of_transpose(x)
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(x)
+        version = fx._version
+        with mode:
+            out = _patchset_ops.short_view_of_transpose(fx)
+        self.assertEqual(self._fields(out), self._fields(real))
+        # the fake was given that layout without a version bump the kernel did not make
+        self.assertEqual(fx._version, version)
+        self.assertTrue(_patchset_version_moves(out, fx, mode))
+
+    def test_tensor_set_on_input_storage_shares_no_version_counter(self):
+        # pins: a tensor set_ on the storage is no view of any kind, for real and fake
+        x = torch.randn(4, 3)
+        real = _patchset_ops.raw_alias(x)
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(x)
+        with mode:
+            out = _patchset_ops.raw_alias(fx)
+        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
+        self.assertFalse(_patchset_version_moves(real, x))
+        self.assertFalse(_patchset_version_moves(out, fx, mode))
+
+
+instantiate_parametrized_tests(FallbackKernelDtypeViewTest)
+
+
 class FallbackKernelErrorTest(TestCase):
     def _original_message(self, op, *args):
         mode = FakeTensorMode(allow_fallback_kernels=False)
@@ -1826,6 +1958,143 @@ class FakeViewConversionTest(TestCase):
         self.assertIsInstance(fv, FakeTensor)
         self.assertTrue(fv._is_view())
         self.assertIs(fv._base, mode.from_tensor(x))
+
+
+def _patchset_grad_fn_names(t):
+    names, node = [], t.grad_fn
+    while node is not None and len(names) < 12:
+        names.append(node.name())
+        node = node.next_functions[0][0] if node.next_functions else None
+    return names
+
+
+_PATCHSET_GRAD_BASE = torch.randn(4, 6, requires_grad=True)
+_PATCHSET_VIEWS_OF_GRAD_BASE = {
+    "slice": lambda b: b[1:],
+    "strided_slices": lambda b: b[1:, ::2],
+    "slice_t": lambda b: b[1:].t(),
+    "select": lambda b: b[1],
+    "view": lambda b: b.view(24),
+    "view_of_view": lambda b: b.view(24).view(2, 12),
+    "unsqueeze_squeeze": lambda b: b[None].squeeze(0),
+    "diagonal": lambda b: b.diagonal(),
+    "unfold": lambda b: b.unfold(1, 2, 1),
+    "expand": lambda b: b[:1].expand(3, 6),
+    "permute": lambda b: b.permute(1, 0),
+    "transpose": lambda b: b.transpose(0, 1),
+    "as_strided": lambda b: b.as_strided((2, 2), (1, 2), 1),
+    "alias": lambda b: torch.ops.aten.alias.default(b),
+}
+
+
+class FakeViewGradFnKindTest(TestCase):
+    """The grad_fn of a converted view of a base requiring grad is of the real view's kinds
+    (its view ops replayed on the base's fake or meta), not one AsStridedBackward0."""
+
+    @parametrize("kind", list(_PATCHSET_VIEWS_OF_GRAD_BASE))
+    def test_fake_of_view_has_real_grad_fn_kinds(self, kind):
+        v = _PATCHSET_VIEWS_OF_GRAD_BASE[kind](_PATCHSET_GRAD_BASE)
+        mode = FakeTensorMode()
+        fv = mode.from_tensor(v)
+        self.assertEqual(_patchset_grad_fn_names(fv), _patchset_grad_fn_names(v))
+        self.assertEqual((fv.shape, fv.stride(), fv.storage_offset()),
+                         (v.shape, v.stride(), v.storage_offset()))
+        self.assertIs(fv._base, mode.from_tensor(_PATCHSET_GRAD_BASE))
+
+    @parametrize("kind", ["slice_t", "unfold", "expand"])
+    def test_meta_of_view_has_real_grad_fn_kinds(self, kind):
+        v = _PATCHSET_VIEWS_OF_GRAD_BASE[kind](_PATCHSET_GRAD_BASE)
+        self.assertEqual(_patchset_grad_fn_names(MetaConverter()(v)), _patchset_grad_fn_names(v))
+
+    def test_multi_output_view_meta_has_real_grad_fn_kind(self):
+        v = _PATCHSET_GRAD_BASE.split([1, 3])[1].t()
+        self.assertEqual(_patchset_grad_fn_names(MetaConverter()(v)), _patchset_grad_fn_names(v))
+
+    def test_backward_through_replayed_view_reaches_base_fake(self):
+        mode = FakeTensorMode()
+        fv = mode.from_tensor(_PATCHSET_GRAD_BASE[1:].t())
+        (grad,) = torch.autograd.grad(fv.sum(), mode.from_tensor(_PATCHSET_GRAD_BASE))
+        self.assertEqual(grad.shape, _PATCHSET_GRAD_BASE.shape)
+
+
+instantiate_parametrized_tests(FakeViewGradFnKindTest)
+
+
+class FakeViewSymbolicAndConstantConversionTest(TestCase):
+    """Views converted with a ShapeEnv (make_fx's tracing_mode="symbolic") or as constants are
+    autograd views of their base's fake too (1.13.1 and the eager-only version: leaf fakes)."""
+
+    def _symbolic(self, *tensors):
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        mode, shape_env = FakeTensorMode(), ShapeEnv()
+        return mode, [mode.from_tensor(t, shape_env=shape_env) for t in tensors]
+
+    def test_symbolic_view_is_view_of_base_fake_with_symbolic_sizes(self):
+        x = torch.randn(4, 6)
+        v = x[1:, ::2]
+        mode, (fv, fx) = self._symbolic(v, x)
+        self.assertTrue(fv._is_view())
+        self.assertIs(fv._base, fx)
+        self.assertTrue(any(isinstance(s, torch.SymIntNode) for s in fv.shape))
+        self.assertEqual(torch._C._storage_id(fv), torch._C._storage_id(fx))
+        self.assertTrue(_patchset_version_moves(fv, fv, mode))
+
+    def test_symbolic_view_of_base_converted_first_keeps_the_base_symbols(self):
+        x = torch.randn(4, 6)
+        mode, (fx, fv) = self._symbolic(x, x[1:])
+        self.assertIs(fv._base, fx)
+        self.assertTrue(all(isinstance(s, torch.SymIntNode) for s in fx.shape))
+
+    def test_symbolic_view_of_base_requiring_grad_has_grad_fn(self):
+        b = torch.randn(4, 3, requires_grad=True)
+        v = b[1:].t()
+        mode, (fv, fb) = self._symbolic(v, b)
+        self.assertFalse(fv.is_leaf)
+        self.assertIsNotNone(fv.grad_fn)
+        self.assertIs(fv._base, fb)
+        (grad,) = torch.autograd.grad(fv.sum(), fb)
+        self.assertEqual(tuple(grad.shape), (4, 3))
+
+    def test_symbolic_non_view_non_leaf_has_grad_fn(self):
+        y = torch.randn(3, 4, requires_grad=True) * 2
+        mode, (fy,) = self._symbolic(y)
+        self.assertFalse(fy.is_leaf)
+        self.assertIsNotNone(fy.grad_fn)
+
+    def test_symbolic_trace_backward_through_view_input_fills_base_grad(self):
+        def backward_of_view(v):
+            v.sin().sum().backward()
+            return [v.grad] + ([] if v._base is None else [v._base.grad])
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # .grad of a non-leaf
+            gm = make_fx(backward_of_view, tracing_mode="symbolic")(
+                torch.randn(4, 3, requires_grad=True)[1:].t())
+        returned = [line.strip() for line in gm.code.splitlines() if "return" in line][-1]
+        self.assertTrue(returned.startswith("return [None, "), gm.code)
+
+    def test_constant_view_is_constant_view_of_constant_base_fake(self):
+        x = torch.arange(6.0)
+        v = x[2:]
+        mode = FakeTensorMode()
+        fv = mode.fake_tensor_converter(mode, v, make_constant=True)
+        self.assertTrue(fv._is_view())
+        self.assertIs(fv.constant, v)
+        self.assertIs(fv._base, mode.from_tensor(x))
+        self.assertIs(fv._base.constant, x)
+        self.assertTrue(_patchset_version_moves(fv, fv, mode))
+
+    def test_kernel_view_of_constant_is_view_of_its_fake(self):
+        mode = FakeTensorMode()
+        with mode:
+            x = torch.tensor([[1.0]])
+            out = _patchset_ops.transpose_view(x)
+        self.assertIsNotNone(x.constant)
+        self.assertIsNotNone(out.constant)
+        self.assertTrue(out._is_view())
+        self.assertIs(out._base, x)
+        self.assertTrue(_patchset_version_moves(out, x, mode))
 
 
 def _patchset_dense_leaf_cases():

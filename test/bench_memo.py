@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "W1", "W2", "W3", "W3v", "W4", "F1")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "W1", "W2", "W3", "W3v", "W4", "F1", "S1", "S2")
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
@@ -65,11 +65,15 @@ FULL_SIZES: Dict[str, int] = {
     "m_small_batch": 2,
     "m_large_batch": 32,
     "f1_elements": 50_000_000,
+    "s1_tensors": 300,
+    "s1_rounds": 20,
+    "s2_inner": 3000,
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
-    r1_traces=20, r_traces=10, m_traces=2, f1_elements=5_000_000,
+    r1_traces=20, r_traces=10, m_traces=2, f1_elements=5_000_000, s1_rounds=3,
 )
+STRESS_PREFIX = "STRESS_RESULT "
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,6 +615,199 @@ def work_f1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
     }
 
 
+# S1/S2: stress runs, each in a child process of its own so that a crash is a figure (the
+# number of crashed runs), not a failed worker.
+
+
+def stress_fields(t: Any) -> Tuple[Any, ...]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grad = t.grad
+    return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), t.device.type,
+            t.requires_grad, t.is_leaf, t._is_view(), t.grad_fn is None,
+            None if grad is None else tuple(grad.shape))
+
+
+def stress_tensors(torch: Any, n: int, seed: int) -> List[Any]:
+    """20 bases randn(6, 5), then Parameters with grads, views (of views, dtype views, of
+    non-leaves) of the bases and leaves with grads."""
+    import random
+
+    rng = random.Random(seed)
+    bases = [torch.randn(6, 5) for _ in range(20)]
+    x = torch.randn(6, 5, requires_grad=True)
+    non_leaves = [x * 2, x[1:] + 1]
+    ts = list(bases)
+    while len(ts) < n:
+        k, b = len(ts) % 7, rng.choice(bases)
+        if k == 0:
+            p = torch.nn.Parameter(torch.randn(3, 4))
+            p.grad = torch.randn(3, 4)
+            ts.append(p)
+        elif k == 1:
+            ts.append(b[1:4, ::2])
+        elif k == 2:
+            ts.append(b.t()[2])
+        elif k == 3:
+            ts.append(b.view(torch.int32)[::2])
+        elif k == 4:
+            ts.append(rng.choice(non_leaves)[1:, 1:3])
+        elif k == 5:
+            ts.append(b[1:].view(25)[3:])
+        else:
+            y = torch.randn(5, 2, requires_grad=True)
+            y.grad = torch.randn(5, 2)
+            ts.append(y)
+    return ts
+
+
+def stress_threads(n_threads: int, n: int, rounds: int, keep: bool) -> Dict[str, int]:
+    import random
+    import threading
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    sys.setswitchinterval(1e-6)
+    out = {"conversions": 0, "errors": 0, "wrong": 0, "duplicates": 0}
+    for rnd in range(rounds):
+        ts = stress_tensors(torch, n, rnd)
+        want = [stress_fields(t) for t in ts]
+        mode = FakeTensorMode()
+        kept: List[Dict[int, Any]] = [{} for _ in range(n_threads)]
+        counts = [[0, 0, 0] for _ in range(n_threads)]
+
+        def work(i: int) -> None:
+            order = list(range(len(ts)))
+            random.Random(rnd * 100 + i).shuffle(order)
+            c = counts[i]
+            for j in order:
+                try:
+                    f = mode.from_tensor(ts[j])
+                    c[0] += 1
+                    if not isinstance(f, FakeTensor) or stress_fields(f) != want[j] or (
+                            ts[j]._is_view() and f._base is not mode.from_tensor(ts[j]._base)):
+                        c[2] += 1
+                    if keep:
+                        kept[i][j] = f
+                except Exception:
+                    c[1] += 1
+                f = None
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for c in counts:
+            out["conversions"] += c[0]
+            out["errors"] += c[1]
+            out["wrong"] += c[2]
+        if keep:
+            out["duplicates"] += sum(len({id(k[j]) for k in kept if j in k}) > 1
+                                     for j in range(n))
+    return out
+
+
+def stress_reentrant(n: int) -> Dict[str, int]:
+    """gc at (nearly) every allocation; a gc callback converts another tensor with the same
+    mode, so conversions run inside the conversions that were running when gc started."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    def make(i: int) -> Any:
+        k, b = i % 6, torch.randn(6, 5)
+        if k == 0:
+            return b[1:4, ::2]
+        if k == 1:
+            p = torch.nn.Parameter(torch.randn(3, 4))
+            p.grad = torch.randn(3, 4)
+            return p
+        if k == 2:
+            return b.t()[2]
+        if k == 3:
+            return torch.randn(4, 2, requires_grad=True) * 2
+        if k == 4:
+            return b.view(torch.int32)[::2]
+        return torch.randn(6, 5, requires_grad=True)[1:].view(5, 5)[:, 1]
+
+    mode = FakeTensorMode()
+    out = {"inner": 0, "inner_wrong": 0, "outer": 0, "outer_wrong": 0, "errors": 0}
+    busy: List[int] = []
+
+    def convert(t: Any, kind: str) -> None:
+        try:
+            f = mode.from_tensor(t)
+            out[kind] += 1
+            if not isinstance(f, FakeTensor) or stress_fields(f) != stress_fields(t):
+                out[kind + "_wrong"] += 1
+        except Exception:
+            out["errors"] += 1
+
+    def on_gc(phase: str, info: Any) -> None:
+        if phase == "start" and not busy and out["inner"] < n:
+            busy.append(1)
+            try:
+                convert(make(out["inner"] + 1), "inner")
+            finally:
+                busy.pop()
+
+    gc.callbacks.append(on_gc)
+    gc.set_threshold(1, 1, 1)
+    i = 0
+    while out["inner"] < n and i < 20 * n:
+        convert(make(i), "outer")
+        i += 1
+    gc.set_threshold(700, 10, 10)
+    gc.callbacks.remove(on_gc)
+    return out
+
+
+def stress_child_main(argv: List[str]) -> None:
+    kind = argv[0]
+    if kind == "threads":
+        result = stress_threads(int(argv[1]), int(argv[2]), int(argv[3]), argv[4] == "keep")
+    else:
+        result = stress_reentrant(int(argv[1]))
+    print(STRESS_PREFIX + json.dumps(result), flush=True)
+    os._exit(0)
+
+
+def run_stress_child(*argv: Any) -> Tuple[Optional[Dict[str, int]], int]:
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--stress-child",
+                           *map(str, argv)], text=True, capture_output=True, cwd=str(REPO))
+    for line in proc.stdout.splitlines():
+        if line.startswith(STRESS_PREFIX):
+            return json.loads(line[len(STRESS_PREFIX):]), proc.returncode
+    return None, proc.returncode
+
+
+def work_s1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for n_threads in (4, 8):
+        for fakes in ("drop", "keep"):
+            start = time.perf_counter()
+            result, code = run_stress_child("threads", n_threads, sizes["s1_tensors"],
+                                            sizes["s1_rounds"], fakes)
+            p = f"t{n_threads}{fakes}."
+            out[p + "crashed"] = int(result is None)
+            out[p + "exit"] = code
+            out[p + "seconds"] = time.perf_counter() - start
+            for key in ("conversions", "errors", "wrong", "duplicates"):
+                out[p + key] = None if result is None else result[key]
+    return out
+
+
+def work_s2(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    result, code = run_stress_child("reentrant", sizes["s2_inner"])
+    out: Dict[str, Any] = {"crashed": int(result is None), "exit": code}
+    for key in ("inner", "inner_wrong", "outer", "outer_wrong", "errors"):
+        out[key] = None if result is None else result[key]
+    return out
+
+
 WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "W1": work_w1,
     "W2": work_w2,
@@ -625,6 +822,8 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "M1": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M1"),
     "M2": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M2"),
     "F1": work_f1,
+    "S1": work_s1,
+    "S2": work_s2,
 }
 
 
@@ -792,6 +991,30 @@ ROWS["F1"] = [
     ("peak_rss_growth_mb", "peak RSS growth during the call (MB)", "mem"),
     ("peak_over_stand_ins", "peak growth / stand-in size", "mem"),
 ]
+S1_LABELS = {"drop": "fakes dropped", "keep": "fakes kept"}
+ROWS["S1"] = [
+    (f"t{n}{fakes}.{key}", f"{n} threads, {S1_LABELS[fakes]}: {label}", kind)
+    for n in (4, 8) for fakes in ("drop", "keep")
+    for key, label, kind in (
+        ("crashed", "runs crashed (of 1)", "count"),
+        ("exit", "exit code", "count"),
+        ("conversions", "conversions", "count"),
+        ("errors", "errors", "count"),
+        ("wrong", "wrong fakes", "count"),
+        ("duplicates", "tensors with more than one fake", "count"),
+        ("seconds", "seconds", "time"),
+    )
+    if fakes == "keep" or key != "duplicates"
+]
+ROWS["S2"] = [
+    ("crashed", "runs crashed (of 1)", "count"),
+    ("exit", "exit code", "count"),
+    ("inner", "conversions inside conversions (from gc)", "count"),
+    ("inner_wrong", "... wrong fakes", "count"),
+    ("outer", "outer conversions", "count"),
+    ("outer_wrong", "... wrong fakes", "count"),
+    ("errors", "errors", "count"),
+]
 
 TITLES = {
     "W1": "W1 many modes: {w1_modes:,} modes x the same {params:,} Parameters(64x64), "
@@ -812,6 +1035,11 @@ TITLES = {
     "M2": "M2 {m_traces:,} x make_fx fake: torchvision mobilenet_v2 train step (cross-entropy, "
           "loss.backward()), {m_image}x{m_image} images",
     "F1": "F1 fallback op returning a view of a {f1_elements:,}-element float32 input",
+    "S1": "S1 threads sharing one mode, each converting the same {s1_tensors:,} tensors (views, "
+          "dtype views, views of non-leaves, Parameters with grads) in its own order, "
+          "{s1_rounds:,} rounds, switch interval 1 µs; one child process per line group",
+    "S2": "S2 re-entrant: gc threshold 1, a gc callback converting with the same mode "
+          "({s2_inner:,} conversions from inside conversions)",
 }
 
 
@@ -915,6 +1143,13 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
         text = "<= 0.6x unpatched" + (" and <= vs" if "vs" in agg else "")
         out["ms_small"] = (text, verdict(None if ref is None else cmp(
             "ms_small", lambda v: v <= 0.6 * ref and (vs is None or v <= vs))))
+    if workload == "S1":
+        for key, _, kind in ROWS["S1"]:
+            if key.split(".")[1] in ("crashed", "exit", "errors", "wrong", "duplicates"):
+                out[key] = ("0", verdict(cmp(key, lambda v: v == 0)))
+    if workload == "S2":
+        for key in ("crashed", "exit", "inner_wrong", "outer_wrong", "errors"):
+            out[key] = ("0", verdict(cmp(key, lambda v: v == 0)))
     if workload == "F1":
         out["peak_over_stand_ins"] = ("<= 1.1 (stand-ins + 10%)",
                                       verdict(cmp("peak_over_stand_ins", lambda v: v <= 1.1)))
@@ -1095,6 +1330,9 @@ def driver_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--stress-child"]:
+        stress_child_main(argv[1:])  # does not return
     args = build_parser().parse_args(argv)
     if args.worker:
         worker_main(args.worker, args.expect, args.quick)  # does not return

@@ -1899,6 +1899,8 @@ class FakeViewConversionTest(TestCase):
         self.assertEqual(len(conv.tensor_memo), 2)
         del fv
         self.assertIsNone(fv_ref())
+        # the base's fake was shared with the view's: it goes with the next collection
+        gc.collect()
         self.assertIsNone(fx_ref())
         self.assertEqual(len(conv.tensor_memo), 0)
         # converted again: a new pair, the real tensors untouched
@@ -2503,6 +2505,432 @@ class PatchsetProxySlotTest(TestCase):
         gc.collect()
         self.assertIsNone(ref())
         self.assertIsNone(get_proxy_slots(t))
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions from several threads and from code that runs inside a conversion.
+
+
+def _patchset_real_cases():
+    """name -> a fresh real tensor of each kind the converter makes in its own way."""
+    def view():
+        return torch.randn(6, 5)[1:4, ::2]
+
+    def view_of_view():
+        return torch.randn(6, 5)[1:].t()[2]
+
+    def dtype_view():
+        return torch.randn(6, 4).view(torch.int32)[::2]
+
+    def complex_view():
+        return torch.view_as_real(torch.randn(3, dtype=torch.complex64))
+
+    def non_leaf_view():
+        x = torch.randn(6, 5, requires_grad=True)
+        return (x * 2)[1:, 2]
+
+    def view_of_view_with_grad():
+        return torch.randn(6, 5)[1:].requires_grad_()[::2]
+
+    def non_leaf():
+        return torch.randn(4, 2, requires_grad=True) * 2
+
+    def parameter_with_grad():
+        p = torch.nn.Parameter(torch.randn(3, 4))
+        p.grad = torch.randn(3, 4)
+        return p
+
+    def leaf_with_grad():
+        x = torch.randn(5, 2, requires_grad=True)
+        x.grad = torch.randn(5, 2)
+        return x
+
+    return {f.__name__: f for f in (view, view_of_view, dtype_view, complex_view, non_leaf_view,
+                                    view_of_view_with_grad, non_leaf, parameter_with_grad,
+                                    leaf_with_grad)}
+
+
+_PATCHSET_REAL_CASES = _patchset_real_cases()
+
+
+def _patchset_fields(t):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grad = t.grad
+    return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), t.device.type,
+            t.requires_grad, t.is_leaf, t._is_view(), t.grad_fn is None,
+            None if grad is None else (tuple(grad.shape), grad.stride()))
+
+
+# Run in a subprocess (a crash fails the test instead of ending the run).  Prints one line of
+# counts; fakes die right after their check ("drop") or are kept per thread ("keep").
+_PATCHSET_THREAD_STRESS = r"""
+import random, sys, threading, traceback, warnings
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+warnings.simplefilter("ignore")
+n_threads, rounds, keep = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "keep"
+
+def fields(t):
+    return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), t.device.type,
+            t.requires_grad, t.is_leaf, t._is_view(), t.grad_fn is None,
+            None if t.grad is None else tuple(t.grad.shape))
+
+def tensors(seed):
+    rng = random.Random(seed)
+    bases = [torch.randn(6, 5) for _ in range(20)]
+    x = torch.randn(6, 5, requires_grad=True)
+    non_leaves = [x * 2, x[1:] + 1]
+    ts = list(bases)
+    while len(ts) < 300:
+        k, b = len(ts) % 7, rng.choice(bases)
+        if k == 0:
+            p = torch.nn.Parameter(torch.randn(3, 4))
+            p.grad = torch.randn(3, 4)
+            ts.append(p)
+        elif k == 1:
+            ts.append(b[1:4, ::2])
+        elif k == 2:
+            ts.append(b.t()[2])
+        elif k == 3:
+            ts.append(b.view(torch.int32)[::2])
+        elif k == 4:
+            ts.append(rng.choice(non_leaves)[1:, 1:3])
+        elif k == 5:
+            ts.append(b[1:].view(25)[3:])
+        else:
+            y = torch.randn(5, 2, requires_grad=True)
+            y.grad = torch.randn(5, 2)
+            ts.append(y)
+    return ts
+
+sys.setswitchinterval(1e-6)
+errors = wrong = duplicates = conversions = 0
+for rnd in range(rounds):
+    ts = tensors(rnd)
+    want = [fields(t) for t in ts]
+    mode = FakeTensorMode()
+    kept = [dict() for _ in range(n_threads)]
+    counts = [[0, 0, 0] for _ in range(n_threads)]
+
+    def work(i):
+        order = list(range(len(ts)))
+        random.Random(rnd * 100 + i).shuffle(order)
+        c = counts[i]
+        for j in order:
+            try:
+                f = mode.from_tensor(ts[j])
+                c[0] += 1
+                if not isinstance(f, FakeTensor) or fields(f) != want[j] or (
+                        ts[j]._is_view() and f._base is not mode.from_tensor(ts[j]._base)):
+                    c[2] += 1
+                    print("wrong", j, fields(f), want[j], file=sys.stderr)
+                if keep:
+                    kept[i][j] = f
+            except Exception:
+                c[1] += 1
+                traceback.print_exc()
+            f = None
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in counts:
+        conversions, errors, wrong = conversions + c[0], errors + c[1], wrong + c[2]
+    if keep:
+        duplicates += sum(len({id(k[j]) for k in kept if j in k}) > 1 for j in range(len(ts)))
+print(f"conversions={conversions} errors={errors} wrong={wrong} duplicates={duplicates}")
+"""
+
+_PATCHSET_MAKE_FX_STRESS = r"""
+import sys, threading, warnings
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+warnings.simplefilter("ignore")
+n_threads, traces = int(sys.argv[1]), int(sys.argv[2])
+model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+params = [p.detach().requires_grad_() for p in model.parameters()]
+
+def f(w1, b1, w2, b2, x, v):
+    h = torch.relu(torch.nn.functional.linear(x, w1, b1))
+    out = torch.nn.functional.linear(h, w2, b2).sum(0)
+    return out + v.t().reshape(-1)[:3] * x[0, :3]
+
+args = (*params, torch.randn(2, 5), torch.randn(4, 3)[1:])
+expected = str(make_fx(f, tracing_mode="fake")(*args).code)
+sys.setswitchinterval(1e-6)
+counts = [[0, 0, 0] for _ in range(n_threads)]
+
+def work(c):
+    for _ in range(traces):
+        try:
+            code = str(make_fx(f, tracing_mode="fake")(*args).code)
+            c[0] += 1
+            c[2] += code != expected
+        except Exception:
+            c[1] += 1
+
+threads = [threading.Thread(target=work, args=(c,)) for c in counts]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("traces={} errors={} wrong={}".format(*[sum(c[k] for c in counts) for k in range(3)]))
+"""
+
+# gc at (nearly) every allocation, and a gc callback that converts another tensor with the
+# same mode: conversions inside every window of the conversions running when gc starts.
+_PATCHSET_REENTRANT_STRESS = r"""
+import gc, sys, warnings
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+warnings.simplefilter("ignore")
+n = int(sys.argv[1])
+
+def fields(t):
+    return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), t.device.type,
+            t.requires_grad, t.is_leaf, t._is_view(), t.grad_fn is None)
+
+def make(i):
+    k, b = i % 6, torch.randn(6, 5)
+    if k == 0:
+        return b[1:4, ::2]
+    if k == 1:
+        p = torch.nn.Parameter(torch.randn(3, 4))
+        p.grad = torch.randn(3, 4)
+        return p
+    if k == 2:
+        return b.t()[2]
+    if k == 3:
+        return torch.randn(4, 2, requires_grad=True) * 2
+    if k == 4:
+        return b.view(torch.int32)[::2]
+    return torch.randn(6, 5, requires_grad=True)[1:].view(5, 5)[:, 1]
+
+mode = FakeTensorMode()
+counts = {"inner": 0, "inner_wrong": 0, "outer": 0, "outer_wrong": 0, "errors": 0}
+busy = []
+
+def convert(t, kind):
+    try:
+        f = mode.from_tensor(t)
+        counts[kind] += 1
+        if not isinstance(f, FakeTensor) or fields(f) != fields(t):
+            counts[kind + "_wrong"] += 1
+    except Exception:
+        counts["errors"] += 1
+
+def on_gc(phase, info):
+    if phase == "start" and not busy and counts["inner"] < n:
+        busy.append(1)
+        try:
+            convert(make(counts["inner"] + 1), "inner")
+        finally:
+            busy.pop()
+
+gc.callbacks.append(on_gc)
+gc.set_threshold(1, 1, 1)
+i = 0
+while counts["inner"] < n and i < 20 * n:
+    convert(make(i), "outer")
+    i += 1
+gc.set_threshold(700, 10, 10)
+gc.callbacks.remove(on_gc)
+print(" ".join(f"{k}={v}" for k, v in counts.items()))
+"""
+
+
+def _patchset_run_script(test, script, *argv):
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, argv)],
+                          capture_output=True, text=True, timeout=900)
+    test.assertEqual(proc.returncode, 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}")
+    return dict(kv.split("=") for kv in proc.stdout.split())
+
+
+class _PatchsetOpLog(TorchDispatchMode):
+    def __init__(self):
+        self.log = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.log.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+class ConversionInsideConversionTest(TestCase):
+    """Code that runs in the middle of a view conversion (gc, weakref callbacks, __del__) may
+    convert with the same mode and run ops: it must neither see the conversion's private
+    dispatch mode nor change the outer result.  The window is entered deterministically by
+    wrapping the view step that runs under that mode."""
+
+    @contextlib.contextmanager
+    def _inside_view_step(self, during):
+        import torch._subclasses.fake_tensor as fake_tensor
+        original = fake_tensor._same_view_of_fake
+        calls = []
+
+        entered = []
+
+        def wrapped(t, base):
+            if not entered:
+                entered.append(t)
+                calls.append(during())
+            return original(t, base)
+
+        with unittest.mock.patch.object(fake_tensor, "_same_view_of_fake", wrapped):
+            yield calls
+        self.assertEqual(len(calls), 1)
+
+    @parametrize("inner", list(_PATCHSET_REAL_CASES))
+    @parametrize("outer", ["view", "dtype_view", "non_leaf_view"])
+    def test_conversion_inside_view_conversion_is_correct(self, outer, inner):
+        mode = FakeTensorMode()
+        real_outer, real_inner = _PATCHSET_REAL_CASES[outer](), _PATCHSET_REAL_CASES[inner]()
+        with self._inside_view_step(lambda: mode.from_tensor(real_inner)) as calls:
+            fake_outer = mode.from_tensor(real_outer)
+        fake_inner = calls[0]
+        self.assertIsInstance(fake_inner, FakeTensor)
+        self.assertIsInstance(fake_outer, FakeTensor)
+        self.assertEqual(_patchset_fields(fake_inner), _patchset_fields(real_inner))
+        self.assertEqual(_patchset_fields(fake_outer), _patchset_fields(real_outer))
+        # the memo keeps the fakes made inside; nothing the converter keeps is a fake's fake
+        self.assertIs(mode.from_tensor(real_inner), fake_inner)
+        self.assertIs(mode.from_tensor(real_outer), fake_outer)
+        if real_inner._is_view():
+            self.assertIs(fake_inner._base, mode.from_tensor(real_inner._base))
+        metas = mode.fake_tensor_converter.meta_converter.tensor_memo
+        for r in (real_outer._base, real_inner._base, real_inner):
+            meta = metas.get(r) if r is not None else None
+            self.assertNotIsInstance(meta, FakeTensor)
+
+    def test_outer_view_conversion_keeps_its_mode_after_inner_view_conversion(self):
+        mode = FakeTensorMode()
+        recorder = _PatchsetOpLog()
+        b = torch.randn(6, 5)
+        inner, v = torch.randn(4, 3)[1:], b[2:, 1:]
+        with self._inside_view_step(lambda: mode.from_tensor(inner)):
+            with recorder:
+                fake = mode.from_tensor(v)
+        self.assertTrue(fake._is_view())
+        self.assertIs(fake._base, mode.from_tensor(b))
+        # the outer view op still went to the private mode (not to FakeTensorMode or the user)
+        self.assertEqual(recorder.log, [])
+
+    def test_ops_inside_window_reach_the_modes_active_before(self):
+        mode = FakeTensorMode()
+        recorder = _PatchsetOpLog()
+        x, v = torch.randn(3), torch.randn(6, 5)[1:]
+        with self._inside_view_step(lambda: torch.ops.aten.add.Tensor(x, 1)) as calls:
+            with recorder:
+                fake = mode.from_tensor(v)
+        self.assertEqual(recorder.log, [torch.ops.aten.add.Tensor])
+        self.assertNotIsInstance(calls[0], FakeTensor)
+        self.assertEqual(calls[0], x + 1)
+        self.assertTrue(fake._is_view())
+
+    def test_ops_inside_window_without_modes_run_for_real(self):
+        mode = FakeTensorMode()
+        x = torch.randn(3)
+        with self._inside_view_step(lambda: x * 2) as calls:
+            mode.from_tensor(torch.randn(6, 5)[1:])
+        self.assertIs(type(calls[0]), torch.Tensor)
+        self.assertEqual(calls[0], x * 2)
+
+    def test_weakref_callback_inside_window_converts_correctly(self):
+        mode = FakeTensorMode()
+        real = torch.randn(6, 5)[2:, ::2]
+        results = []
+
+        class Box:
+            pass
+
+        def drop_box():
+            box = Box()
+            ref = weakref.ref(box, lambda _: results.append(mode.from_tensor(real)))
+            del box
+            return ref
+
+        with self._inside_view_step(drop_box):
+            mode.from_tensor(torch.randn(6, 5)[1:])
+        self.assertEqual(len(results), 1)
+        self.assertEqual(_patchset_fields(results[0]), _patchset_fields(real))
+        self.assertIs(results[0]._base, mode.from_tensor(real._base))
+
+    def test_gc_stress_inside_conversions_gives_correct_fakes(self):
+        counts = _patchset_run_script(self, _PATCHSET_REENTRANT_STRESS, 3000)
+        self.assertEqual(counts["inner"], "3000")
+        self.assertEqual((counts["inner_wrong"], counts["outer_wrong"], counts["errors"]),
+                         ("0", "0", "0"))
+
+
+instantiate_parametrized_tests(ConversionInsideConversionTest)
+
+
+class ConversionThreadTest(TestCase):
+    """Several threads converting with one FakeTensorMode while fakes die."""
+
+    @parametrize("owner", ["view", "grad"])
+    def test_memo_reference_stays_valid_when_the_owner_goes(self, owner):
+        # The fake of x is referred to by another fake's TensorImpl (as base of a view or as
+        # .grad).  A reference the memo handed out before that owner goes must stay the fake
+        # (1.13 stubs or frees a PyObject that C++ owned; another thread can free the owner
+        # at any bytecode, with the GIL released).
+        mode = FakeTensorMode()
+        if owner == "view":
+            x = torch.randn(4, 6)
+            holder = mode.from_tensor(x[1:])
+        else:
+            p = torch.nn.Parameter(torch.randn(4, 6))
+            p.grad = x = torch.randn(4, 6)
+            holder = mode.from_tensor(p)
+        entry = mode.fake_tensor_converter.tensor_memo._entries[id(x)]
+        gc.collect()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            taken = entry.value()  # what a memo hit starts with
+            del holder
+            self.assertEqual(taken.shape, x.shape)
+            self.assertEqual(taken.fake_device, x.device)
+            self.assertIs(mode.from_tensor(x), taken)
+        self.assertEqual([str(w.message) for w in caught], [])
+
+    def test_kernel_invocation_of_another_thread_keeps_devices(self):
+        import torch._subclasses.fake_tensor as fake_tensor
+        mode = FakeTensorMode()
+        fake = mode.from_tensor(torch.randn(2))
+        inside, release = threading.Event(), threading.Event()
+
+        def kernel():
+            with fake_tensor.in_kernel_invocation_manager(mode):
+                inside.set()
+                release.wait(60)
+
+        other = threading.Thread(target=kernel)
+        other.start()
+        try:
+            self.assertTrue(inside.wait(60))
+            self.assertEqual(fake.device, torch.device("cpu"))
+            view = mode.from_tensor(torch.randn(4, 3)[1:])
+            self.assertEqual(view.device, torch.device("cpu"))
+        finally:
+            release.set()
+            other.join()
+
+    @parametrize("n_threads", [4, 8])
+    @parametrize("fakes", ["drop", "keep"])
+    def test_threads_sharing_a_mode_get_correct_fakes(self, n_threads, fakes):
+        counts = _patchset_run_script(self, _PATCHSET_THREAD_STRESS, n_threads, 3, fakes)
+        self.assertEqual(counts["conversions"], str(n_threads * 300 * 3))
+        self.assertEqual((counts["errors"], counts["wrong"], counts["duplicates"]),
+                         ("0", "0", "0"))
+
+    def test_make_fx_fake_traces_from_several_threads(self):
+        counts = _patchset_run_script(self, _PATCHSET_MAKE_FX_STRESS, 4, 10)
+        self.assertEqual(counts, {"traces": "40", "errors": "0", "wrong": "0"})
+
+
+instantiate_parametrized_tests(ConversionThreadTest)
 
 
 if __name__ == "__main__":

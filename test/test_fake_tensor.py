@@ -2772,11 +2772,11 @@ class ConversionInsideConversionTest(TestCase):
 
         entered = []
 
-        def wrapped(t, base):
+        def wrapped(t, base, *geometry):
             if not entered:
                 entered.append(t)
                 calls.append(during())
-            return original(t, base)
+            return original(t, base, *geometry)
 
         with unittest.mock.patch.object(fake_tensor, "_same_view_of_fake", wrapped):
             yield calls

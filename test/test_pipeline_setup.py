@@ -249,9 +249,9 @@ def test_system_torch_check_names_a_base_file_that_differs(
 
 
 def test_setup_wants_torchvision_for_the_model_benchmarks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchset_lib import setup_cmd
+    from patchset_lib import apt, setup_cmd
 
     present = {name for group in setup_cmd.APT_PACKAGES for name in group} - {"python3-torchvision"}
-    monkeypatch.setattr(setup_cmd, "installed_versions",
+    monkeypatch.setattr(apt, "dpkg_versions",
                         lambda runner, names: {name: "1" for name in names if name in present})
-    assert setup_cmd.missing_apt_packages(Runner(echo=False)) == ["python3-torchvision"]
+    assert apt.missing_apt_packages(Runner(echo=False), setup_cmd.APT_PACKAGES) == ["python3-torchvision"]

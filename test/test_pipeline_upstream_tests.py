@@ -289,14 +289,14 @@ def table_counts(out: str, label: str) -> dict:
 def test_meta_kernel_tests_of_the_series_pass_patched_and_fail_unpatched(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     # test_meta.py as the series leaves it, run by upstream-tests with the real project venv
-    from patchset_lib import apply_cmd
     from patchset_lib.common import find_project
+    from patchset_lib.series import patched_result
 
     project = find_project(HERE.parent / "build_scripts")
     runner = Runner(log_file=None, echo=False)
     checkout = tmp_path / "checkout"
     (checkout / "test").mkdir(parents=True)
-    result = apply_cmd.patched_result(project, runner)
+    result = patched_result(project, runner)
     (checkout / "test" / "test_meta.py").write_bytes(result["test/test_meta.py"])
     selection = ut.Selection("test/test_meta.py", ("-k", "TestMetaKernelsMatchCPU"))
     code = ut.run_upstream_tests(project, runner, checkout, [selection])

@@ -240,12 +240,8 @@ UNPATCHED_FAILS = {
 
 
 def test_every_trace_made_a_graph(both: Dict[str, Dict[str, Any]]) -> None:
-    for side in both.values():
-        assert len(side["codes"]) == 24
-        assert all("def forward" in code for code in side["codes"].values())
-
     for label, side in both.items():
-        assert len(side["codes"]) == 27
+        assert len(side["codes"]) == 30
         for name, code in side["codes"].items():
             if label == "unpatched" and name in UNPATCHED_FAILS:
                 assert code.startswith("error: " + UNPATCHED_FAILS[name]), code

@@ -19,19 +19,18 @@ HOOK_PTH_TEXT = f"import {HOOK_MODULE}\n"
 FINDER_SOURCE = Path(__file__).resolve().parent / "overlay_finder.py"
 
 
-def check_overlay_hook(project: Project) -> Optional[str]:
-    """The patched side of the default runtimes is the venv with the overlay import hook."""
-    pth = f"{HOOK_MODULE}.pth"
-    if not list(project.venv.glob(f"lib/python*/site-packages/{pth}")):
-        return (f"the overlay import hook ({pth}) is not installed in {project.venv}; "
-                "run `patchset install` first")
-    return None
-
-
 def check_hook_installed(purelib: Path) -> Optional[str]:
     if not (purelib / f"{HOOK_MODULE}.pth").is_file():
         return f"the overlay hook is not installed in {purelib}: run ./build_scripts/patchset install first"
     return None
+
+
+def check_overlay_hook(project: Project) -> Optional[str]:
+    """The patched side of the default runtimes is the project venv with the hook (its
+    site-packages found without starting its python)."""
+    sites = list(project.venv.glob("lib/python*/site-packages")) or [project.venv / "lib"]
+    errors = [check_hook_installed(purelib) for purelib in sites]
+    return None if None in errors else errors[0]
 
 
 def hook_source(overlay_root: Path, modules: Sequence[str]) -> str:

@@ -25,7 +25,6 @@ SUBCOMMAND_MODULES = [
     "status_cmd",
     "bench_cmd",
     "crossref_cmd",
-    "tests_patch_cmd",
     "export_cmd",
     "refresh_cmd",
     "source_build_cmd",

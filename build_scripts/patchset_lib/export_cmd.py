@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import series_io, tests_patch
+from . import series_io
 from .common import (
     PatchsetError,
     Project,
@@ -38,6 +38,7 @@ from .common import (
     read_series,
     sha256_bytes,
 )
+from .generated_tests import GENERATED_TESTS, check_tests
 
 COVER_LETTER = "cover-letter.txt"
 DEP3_TRAILERS = ("Bug", "Bug-Debian", "Forwarded", "Applied-Upstream")
@@ -70,7 +71,8 @@ def series_repo(project: Project, runner: Runner, workdir: Path) -> Tuple[Path, 
     pristine = series_io.pristine_files(project)
     base = series_io.make_base_repo(pristine, repo, runner)
     series_io.am_series(repo, series, runner, series_io.am_env(project))
-    warning = tests_patch.drift(project, runner, series, pristine, workdir / "tests-patch")
+    warning = check_tests(project, series_io.read_files(repo, [p for p in GENERATED_TESTS
+                                                               if (repo / p).is_file()]))
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     return repo, base

@@ -1,6 +1,7 @@
-"""`patchset overlay`: write torch_overlay/ from pristine base + series, or check it (`--check`).
+"""`patchset overlay`: write torch_overlay/ and the generated test files from pristine base +
+series, or check them (`--check`).
 
-The work is in `overlay`; this module is its command line.
+The work is in `overlay` and `generated_tests`; this module is its command line.
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from .common import PatchsetError, Project, Runner
+from .generated_tests import check_tests, expected_tests, write_tests
 from .overlay import check_checkout, check_overlay, expected_overlay, write_overlay
 from .series import patched_result
 
@@ -15,22 +17,23 @@ from .series import patched_result
 def cmd_overlay(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     result = patched_result(project, runner)
     wanted = expected_overlay(project, runner, result)
+    tests = expected_tests(result)
     if args.check:
-        errors = [check_overlay(project, wanted)]
+        errors = [check_overlay(project, wanted), check_tests(project, tests)]
         if args.checkout:
             errors.append(check_checkout(Path(args.checkout).resolve(), result))
         found = [e for e in errors if e]
         if found:
             raise PatchsetError("; ".join(found))
         where = " and " + args.checkout if args.checkout else ""
-        print(f"overlay: torch_overlay/{where} match pristine base + series")
+        print(f"overlay: torch_overlay/, {', '.join(tests)}{where} match pristine base + series")
         return 0
     if args.checkout:
         raise PatchsetError("--checkout is only used with --check")
-    written = write_overlay(project, wanted)
+    written = ["torch_overlay/" + p for p in write_overlay(project, wanted)] + write_tests(project, tests)
     modules = len(wanted) - 1
     if written:
-        print(f"overlay: wrote {', '.join('torch_overlay/' + p for p in written)}")
+        print(f"overlay: wrote {', '.join(written)}")
     else:
         print(f"overlay: torch_overlay/ up to date ({modules} files)")
     return 0
@@ -39,7 +42,8 @@ def cmd_overlay(project: Project, runner: Runner, args: argparse.Namespace) -> i
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "overlay", help="generate torch_overlay/ from the pristine base + series",
-        description="Write torch_overlay/<path> for each torch/ file the series changes, and MANIFEST.",
+        description="Write torch_overlay/<path> for each torch/ file the series changes, MANIFEST, "
+                    "and the generated test files (test/test_fake_tensor.py).",
     )
     parser.add_argument("--check", action="store_true",
                         help="do not write; fail naming the file if torch_overlay/ (or --checkout) is stale")

@@ -8,8 +8,9 @@ commits rewrites no byte. Before writing, it prints a per-patch summary (matched
 unchanged / modified / added / removed) and `git range-diff` of the old series against the new,
 both applied with `git am` in a temp repo made of DIR's base files. Then it updates
 patches/series, the patch files, patches/base.sha256 (every base file the new series touches,
-existing lines kept in order) and torch_overlay/MANIFEST (`<path> <base sha256> <result sha256>`
-for each torch/ file the series changes, sorted). A dirty tree, an am/rebase in progress or a
+existing lines kept in order), torch_overlay/MANIFEST (`<path> <base sha256> <result sha256>`
+for each torch/ file the series changes, sorted) and the generated test files
+(`generated_tests`: test/test_fake_tensor.py as DIR's HEAD has it). A dirty tree, an am/rebase in progress or a
 missing base change nothing.
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import overlay, series_io, tests_patch
+from . import overlay, series_io
+from .generated_tests import expected_tests
 from .common import PatchsetError, Project, Runner, read_base_hashes, read_series, sha256_bytes
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
@@ -148,13 +150,6 @@ def base_hashes_text(old_text: str, base_files: Mapping[str, bytes], touched: Se
     return "".join(line + "\n" for line in lines)
 
 
-def keep_pinned(hashes: Mapping[str, str]) -> List[str]:
-    """Base files pinned even when the commits don't touch them: the tests patch's target, which
-    `patchset tests-patch` regenerates on top of whatever the other patches are."""
-    path = tests_patch.TESTS_PATH
-    return [path] if path in hashes else []
-
-
 def manifest_text(base_files: Mapping[str, bytes], result_files: Mapping[str, bytes]) -> str:
     """torch_overlay/MANIFEST, written as `patchset overlay` writes it (files the series creates
     or deletes cannot be overlaid; overlay_gaps reports them)."""
@@ -231,11 +226,12 @@ def read_checkout(project: Project, runner: Runner, repo: Path, wanted_base: Opt
 
 
 def new_facts(project: Project, got: Refreshed) -> Dict[Path, str]:
-    pinned = [*got.touched, *keep_pinned(read_base_hashes(project))]
     old_text = project.base_hashes_file.read_text()
+    tests = expected_tests({**got.base_files, **got.result_files})
     return {
-        project.base_hashes_file: base_hashes_text(old_text, got.base_files, pinned),
+        project.base_hashes_file: base_hashes_text(old_text, got.base_files, got.touched),
         project.overlay_manifest: manifest_text(got.base_files, got.result_files),
+        **{project.root / path: data.decode("utf-8") for path, data in tests.items()},
     }
 
 
@@ -246,10 +242,8 @@ def report(project: Project, runner: Runner, old: Sequence[Path], got: Refreshed
     print("\n".join(summarize(old, got.patches)))
     diff = range_diff(runner, got.base_files, old, got.patches, work, env).rstrip()
     print(diff or "(range-diff: no changes)")
-    warnings = [f"{path} is created or deleted by the series; torch_overlay cannot carry it"
-                for path in overlay_gaps(got.touched, got.base_files, got.result_files)]
-    drift = tests_patch.drift(project, runner, got.patches, got.base_files, work / "tests-patch")
-    return warnings + ([drift] if drift else [])
+    return [f"{path} is created or deleted by the series; torch_overlay cannot carry it"
+            for path in overlay_gaps(got.touched, got.base_files, got.result_files)]
 
 
 def cmd_refresh(project: Project, runner: Runner, args: argparse.Namespace) -> int:

@@ -203,12 +203,15 @@ def test_patch_that_does_not_apply_writes_nothing(project: Project, runner: Runn
     assert not (tmp_path / "out").exists()
 
 
-def test_export_warns_when_tests_patch_drifted(project: Project, runner: Runner, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture) -> None:
+def test_export_warns_when_generated_tests_drifted(project: Project, runner: Runner,
+                                                   tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (project.root / "test").mkdir()
-    (project.root / "test/test_fake_tensor.py").write_text(
-        "import unittest\n\n\nclass PatchSetOnly(unittest.TestCase):\n    pass\n")
-    assert export(project, runner, "git", tmp_path / "out") == 0
+    generated = project.root / "test/test_fake_tensor.py"
+    generated.write_bytes(RESULT["test/test_fake_tensor.py"])
+    assert export(project, runner, "git", tmp_path / "a") == 0
+    assert "warning" not in capsys.readouterr().err
+    generated.write_text("import unittest\n\n\nclass PatchSetOnly(unittest.TestCase):\n    pass\n")
+    assert export(project, runner, "git", tmp_path / "b") == 0
     err = capsys.readouterr().err
-    assert "warning: patches/0003-Add-patch-set-tests-to-test_fake_tensor.py.patch is out of date" in err
-    assert len(list((tmp_path / "out").iterdir())) == 4
+    assert "warning: test/test_fake_tensor.py differs from pristine base + series" in err
+    assert len(list((tmp_path / "b").iterdir())) == 4

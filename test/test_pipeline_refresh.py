@@ -33,11 +33,14 @@ def manifest(base: Mapping[str, bytes], result: Mapping[str, bytes]) -> str:
 
 
 def write_series(project: Project, runner: Runner, work: Path) -> None:
-    """The canonical series of EDITS, base.sha256 and MANIFEST, as the lead would commit them."""
+    """The canonical series of EDITS, base.sha256, MANIFEST and the generated test file, as the
+    lead would commit them."""
     commit_series(project, runner, EDITS, work)
     result = {**PRISTINE, **{p: d for edit in EDITS for p, d in edit.files.items()}}
     project.overlay.mkdir()
     project.overlay_manifest.write_text(manifest(PRISTINE, result))
+    (project.root / "test").mkdir(exist_ok=True)
+    (project.root / "test/test_fake_tensor.py").write_bytes(result["test/test_fake_tensor.py"])
 
 
 def checkout_with_series(project: Project, runner: Runner, path: Path) -> Path:
@@ -120,6 +123,16 @@ def test_amended_and_added_commits(project: Project, runner: Runner, checkout: P
     base = {**PRISTINE, **{"torch/_subclasses/schema_check_mode.py": OTHER["torch/_subclasses/schema_check_mode.py"]}}
     assert project.overlay_manifest.read_text() == manifest(base, result)
     assert project.overlay_manifest.read_text().count("\n") == 3
+
+
+def test_tests_added_in_a_patch_regenerate_the_repo_test_file(project: Project, runner: Runner,
+                                                              checkout: Path) -> None:
+    tests = PRISTINE["test/test_fake_tensor.py"] + b"\n\nclass FallbackAliasingTest:\n    pass\n"
+    series_io.write_files(checkout, {"test/test_fake_tensor.py": tests})
+    runner.git("commit", "-q", "-a", "--amend", "--no-edit", cwd=checkout, env=EDITOR, capture=True)
+    assert refresh(project, runner, checkout) == 0
+    assert (project.root / "test/test_fake_tensor.py").read_bytes() == tests
+    assert "+class FallbackAliasingTest:" in (project.patches / "0002-Fallback-aliasing.patch").read_text()
 
 
 def test_dropped_commit_removes_its_patch(project: Project, runner: Runner, checkout: Path,

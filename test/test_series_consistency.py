@@ -1,18 +1,22 @@
 """The committed series agrees with everything generated from it.
 
-These run on the real project (not a copy): the last patch must be what `tests-patch` makes of
-test/test_fake_tensor.py, torch_overlay/ and its MANIFEST must be base + series, and the
-interpreter running the tests must load the overlay, so that the behaviour tests in
-test_fake_tensor.py exercise the patched modules.  A minimal checkout patched with the series
-runs upstream's tests and ours, and both exports apply for real (git am, quilt push/pop).
+These run on the real project (not a copy): torch_overlay/, its MANIFEST and the generated
+test/test_fake_tensor.py must be base + series, and the interpreter running the tests must load
+the overlay, so that the behaviour tests in test_fake_tensor.py exercise the patched modules.
+Each patch touching torch/ brings tests, its message stays short, and what ships upstream names
+no issue, patch number or timing.  A minimal checkout patched with the series runs upstream's
+tests and ours, and both exports apply for real (git am, quilt push/pop).
 """
 from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "build_scripts" / "patchset"
@@ -49,12 +53,7 @@ def patched_bytes(tmp_path: Path) -> dict:
     return file_bytes(tree)
 
 
-def test_tests_patch_matches_test_file() -> None:
-    proc = tool("tests-patch", "--check")
-    assert proc.returncode == 0, proc.stderr
-
-
-def test_overlay_and_manifest_match_base_plus_series() -> None:
+def test_overlay_manifest_and_generated_tests_match_base_plus_series() -> None:
     proc = tool("overlay", "--check")
     assert proc.returncode == 0, proc.stderr
 
@@ -82,7 +81,7 @@ def test_this_interpreter_loads_the_overlay() -> None:
 def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
     """`apply` the real series to a minimal checkout, then run the checkout's
     test/test_fake_tensor.py as a script, the way a source build would: it runs upstream's
-    tests and every test of ours."""
+    tests and every test the patches add (the file the repo keeps as generated)."""
     def tests_ran(checkout: Path) -> int:
         # CI=true makes upstream's run_tests() write XML reports through xmlrunner, which
         # upstream's CI installs and a source build does not need.
@@ -98,9 +97,11 @@ def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
     patched = pristine_tree(tmp_path / "patched")
     proc = tool("apply", "--checkout", str(patched))
     assert proc.returncode == 0, proc.stderr
-    ours = collected_tests(REPO / "test" / "test_fake_tensor.py")
-    assert ours >= len(ast_test_methods(REPO / "test" / "test_fake_tensor.py")) > 0
-    assert tests_ran(patched) == tests_ran(pristine) + ours
+    generated = REPO / "test" / "test_fake_tensor.py"
+    assert (patched / "test" / "test_fake_tensor.py").read_bytes() == generated.read_bytes()
+    everything = collected_tests(generated)
+    assert everything >= len(ast_test_methods(generated)) > 0
+    assert tests_ran(patched) == everything > tests_ran(pristine)
 
 
 def collected_tests(path: Path) -> int:
@@ -153,3 +154,55 @@ def test_quilt_export_of_the_series_pushes_and_pops(tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert pop.returncode == 0, pop.stdout + pop.stderr
     assert file_bytes(tree) == before
+
+
+# ---- the shape of the series -------------------------------------------------------------------
+
+SERIES = [REPO / "patches" / name for name in
+          (REPO / "patches" / "series").read_text().split()]
+MAX_BODY_LINES = 30
+# issue numbers, timings and patch numbers: history that must not ship upstream
+HISTORY = re.compile(r"issue [0-9]|[0-9] ?us\b|\u00b5s|patch 000[0-9]")
+
+
+def patch_paths(patch: Path) -> list:
+    return re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), flags=re.M)
+
+
+def message_body(patch: Path) -> list:
+    """The commit message's lines after the subject, as format-patch writes them."""
+    text = patch.read_text()
+    head, _, rest = text.partition("\n\n")
+    body = rest.split("\n---\n", 1)[0]
+    return body.strip("\n").splitlines()
+
+
+@pytest.mark.parametrize("patch", SERIES, ids=lambda p: p.name[:4])
+def test_patch_touching_torch_touches_a_test_file(patch: Path) -> None:
+    paths = patch_paths(patch)
+    if any(p.startswith("torch/") for p in paths):
+        assert [p for p in paths if p.startswith("test/")], f"{patch.name} adds no test"
+
+
+@pytest.mark.xfail(strict=True, reason="the messages of 0001-0005 run 46-100 lines until their "
+                   "rewrite lands; remove this mark then")
+def test_commit_message_bodies_are_short() -> None:
+    long = {p.name: len(message_body(p)) for p in SERIES if len(message_body(p)) > MAX_BODY_LINES}
+    assert long == {}
+
+
+def history_hits(paths) -> list:
+    return [f"{path}:{n}: {line.strip()}" for path in paths
+            for n, line in enumerate(path.read_text().splitlines(), 1) if HISTORY.search(line)]
+
+
+def test_generated_test_file_names_no_issue_patch_or_timing() -> None:
+    assert history_hits([REPO / "test" / "test_fake_tensor.py"]) == []
+
+
+@pytest.mark.xfail(strict=True, reason="fake_tensor.py comments state timings until the rewrite "
+                   "of the torch code lands; remove this mark then")
+def test_patched_modules_name_no_issue_patch_or_timing() -> None:
+    manifest = (REPO / "torch_overlay" / "MANIFEST").read_text().split("\n")
+    paths = [REPO / "torch_overlay" / line.split()[0] for line in manifest if line.strip()]
+    assert history_hits(paths) == []

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import overlay, series_io
-from .generated_tests import expected_tests
+from .generated_tests import GENERATED_TESTS, expected_tests
 from .common import PatchsetError, Project, Runner, read_base_hashes, read_series, sha256_bytes
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
@@ -228,8 +228,9 @@ def read_checkout(project: Project, runner: Runner, repo: Path, wanted_base: Opt
 def new_facts(project: Project, got: Refreshed) -> Dict[Path, str]:
     old_text = project.base_hashes_file.read_text()
     tests = expected_tests({**got.base_files, **got.result_files})
+    pinned = [*got.touched, *GENERATED_TESTS]  # generated from their base even when untouched
     return {
-        project.base_hashes_file: base_hashes_text(old_text, got.base_files, got.touched),
+        project.base_hashes_file: base_hashes_text(old_text, got.base_files, pinned),
         project.overlay_manifest: manifest_text(got.base_files, got.result_files),
         **{project.root / path: data.decode("utf-8") for path, data in tests.items()},
     }

@@ -1,0 +1,87 @@
+"""Each patch of the real series carries its own tests: after `git am` of the first k patches
+onto the pristine base files, the tests in that checkout pass against that checkout's torch
+files, for every k.
+
+The checkout's torch files are made what `import torch` loads in the project .venv the way
+`install` does it: the import hook (`overlay_hook.hook_source`), here pointed at the checkout
+and put first on PYTHONPATH, so the venv's `patchset_overlay.pth` loads it, in the pytest run
+and in the subprocesses the tests start.  Run: the checkout's whole test/test_fake_tensor.py
+(upstream's tests and those of patches 1..k) and, in test/test_meta.py, the test classes the
+patches 1..k add.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import REPO
+from patchset_lib import series_io
+from patchset_lib.common import Runner, find_project, read_series
+from patchset_lib.overlay_hook import HOOK_MODULE, check_overlay_hook, hook_source
+
+PROJECT = find_project(REPO)
+SERIES = read_series(PROJECT)
+TEST_FILES = ("test/test_fake_tensor.py", "test/test_meta.py")
+WHOLE_FILE = "test/test_fake_tensor.py"  # upstream's tests there take seconds: run them all
+
+
+def defined_test_classes(text: str) -> Dict[str, str]:
+    """Top-level classes with test methods -> their source, of a test file."""
+    tree = ast.parse(text)
+    return {node.name: ast.get_source_segment(text, node) or "" for node in tree.body
+            if isinstance(node, ast.ClassDef)
+            and any(isinstance(f, ast.FunctionDef) and f.name.startswith("test_") for f in node.body)}
+
+
+def added_classes(pristine: Dict[str, bytes], repo: Path, path: str) -> List[str]:
+    """Test classes of `path` that the applied patches add (new names only)."""
+    before = defined_test_classes(pristine[path].decode()) if path in pristine else {}
+    return [name for name in defined_test_classes((repo / path).read_text()) if name not in before]
+
+
+def hook_env(runner: Runner, repo: Path, base: str, hook_dir: Path) -> Dict[str, str]:
+    """Environment under which the venv loads the checkout's changed torch modules."""
+    changed = [p for p in series_io.changed_paths(repo, base, "HEAD", runner)
+               if p.startswith("torch/") and p.endswith(".py") and (repo / p).is_file()]
+    modules = [p[: -len(".py")].replace("/", ".") for p in changed]
+    hook_dir.mkdir()
+    (hook_dir / f"{HOOK_MODULE}.py").write_text(hook_source(repo, modules))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI")}
+    return {**env, "PYTHONPATH": str(hook_dir), "PATCHSET_OVERLAY": "1"}
+
+
+def loaded_file(env: Dict[str, str], module: str) -> str:
+    proc = subprocess.run([str(PROJECT.venv_python), "-c", f"import {module} as m; print(m.__file__)"],
+                          env=env, capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def venv_with_hook() -> Path:
+    error = check_overlay_hook(PROJECT)
+    assert error is None, error
+    return PROJECT.venv_python
+
+
+@pytest.mark.parametrize("k", range(1, len(SERIES) + 1), ids=lambda k: SERIES[k - 1].name[:4])
+def test_first_k_patches_pass_their_tests(k: int, venv_with_hook: Path, runner: Runner,
+                                          tmp_path: Path) -> None:
+    repo = tmp_path / "checkout"
+    pristine = series_io.pristine_files(PROJECT)
+    base = series_io.make_base_repo(pristine, repo, runner)
+    series_io.am_series(repo, SERIES[:k], runner, series_io.am_env(PROJECT))
+    env = hook_env(runner, repo, base, tmp_path / "hook")
+    assert loaded_file(env, "torch._subclasses.fake_tensor") == str(repo / "torch/_subclasses/fake_tensor.py")
+    targets = [WHOLE_FILE] + [f"{path}::{name}" for path in TEST_FILES if path != WHOLE_FILE
+                              for name in added_classes(pristine, repo, path)]
+    proc = subprocess.run(
+        [str(venv_with_hook), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         *[t[len("test/"):] for t in targets]],
+        cwd=repo / "test", env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout.splitlines()[-1] and " failed" not in proc.stdout.splitlines()[-1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import Project, Runner
+from .common import Project, Runner, add_command
 from .series import apply_series
 from .source import ensure_checkout
 
@@ -21,12 +21,12 @@ def cmd_apply(project: Project, runner: Runner, args: argparse.Namespace) -> int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "apply", help="apply the series to a PyTorch 1.13.1 checkout (all or nothing)",
+    parser = add_command(
+        subparsers, "apply", cmd_apply,
+        help="apply the series to a PyTorch 1.13.1 checkout (all or nothing)",
         description="Apply patches/series to a checkout whose base files match patches/base.sha256. "
                     "A clean git checkout gets one commit per patch (git am), others git apply.",
     )
     parser.add_argument("--checkout", metavar="DIR",
                         help="PyTorch checkout (default: .cache/checkout/pytorch-1.13.1)")
     parser.add_argument("--reverse", action="store_true", help="take the series back out")
-    parser.set_defaults(func=cmd_apply)

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import List, Optional
 
-from .common import PatchsetError, Project, Runner, check_script
+from .common import PatchsetError, Project, Runner, add_command, check_script
 from .overlay_hook import check_overlay_hook
 from .project_venv import check_project_venv
 
@@ -63,8 +63,8 @@ def run_bench(project: Project, runner: Runner, args: argparse.Namespace) -> int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "bench",
+    parser = add_command(
+        subparsers, "bench", run_bench,
         help="benchmark the memoization of unpatched vs patched torch (test/bench_memo.py)",
         description="Run test/bench_memo.py with the project venv: each workload in fresh "
         "subprocesses, unpatched (PATCHSET_OVERLAY=0) and patched (PATCHSET_OVERLAY=1) "
@@ -79,4 +79,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--python-patched", help="python of the patched runtime")
     parser.add_argument("--vs-python", metavar="PATH",
                         help="a third runtime to compare with, e.g. a torch 2.x venv's python")
-    parser.set_defaults(func=run_bench)

@@ -4,6 +4,7 @@ Everything here is plain data or small pure functions; no module keeps global st
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 
 class PatchsetError(Exception):
@@ -231,3 +232,13 @@ def git_identity_env(project: Project) -> Dict[str, str]:
         "GIT_COMMITTER_EMAIL": ident["email"],
         "GIT_COMMITTER_DATE": ident["date"],
     }
+
+
+def add_command(subparsers: argparse._SubParsersAction, name: str, func: Callable[..., int],
+                help: str, description: Optional[str] = None, usage: Optional[str] = None,
+                **defaults: object) -> argparse.ArgumentParser:
+    """A subcommand's parser with `func(project, runner, args)` set: each `*_cmd` module's
+    `register` starts with it and then adds its own arguments."""
+    parser = subparsers.add_parser(name, help=help, description=description or help, usage=usage)
+    parser.set_defaults(func=func, **defaults)
+    return parser

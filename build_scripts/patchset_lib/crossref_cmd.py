@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
-from .common import PatchsetError, Project, Runner, check_script
+from .common import PatchsetError, Project, Runner, add_command, check_script
 from .overlay_hook import check_overlay_hook
 from .project_venv import check_project_venv
 from .sides import checked_torch_dir, installed_sides
@@ -73,8 +73,8 @@ def run_crossref(project: Project, runner: Runner, args: argparse.Namespace) -> 
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "crossref",
+    parser = add_command(
+        subparsers, "crossref", run_crossref,
         help="compare FakeTensorMode with real execution over every OpInfo, unpatched vs patched",
         description="Run test/crossref.py with the project venv: every op of 1.13.1's op_db "
         "(functional, in-place and out= variants, CPU samples, one dtype) for real and under "
@@ -91,4 +91,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--python", metavar="PATH",
                         help="a venv patched by `install --python` (e.g. .venv-pip/bin/python): its "
                         "workers run patched as installed and unpatched on the pristine base files")
-    parser.set_defaults(func=run_crossref)

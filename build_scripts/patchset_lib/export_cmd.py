@@ -29,6 +29,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import series_io
 from .common import (
+    add_command,
     PatchsetError,
     Project,
     Runner,
@@ -228,12 +229,11 @@ def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> in
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "export",
+    parser = add_command(
+        subparsers, "export", cmd_export,
         help="export the series for a PR (git) or for a Debian package (quilt)",
         description="Write the series as git format-patch files with a cover letter, or as a "
                     "debian/patches directory with DEP-3 headers; byte-reproducible.",
     )
     parser.add_argument("--format", choices=["git", "quilt"], required=True)
     parser.add_argument("--out", required=True, help="empty or new directory to write into")
-    parser.set_defaults(func=cmd_export)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from .common import PatchsetError, Project, Runner
+from .common import PatchsetError, Project, Runner, add_command
 from .overlay_hook import install_project_venv, uninstall_project_venv
 from .pip_torch import install_into_python, uninstall_from_python
 
@@ -53,9 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     python_help = ("interpreter of a venv with pip's torch==1.13.1 whose torch modules of the "
                    "overlay MANIFEST get replaced (originals backed up in .cache/backups/); default: the project .venv, "
                    "which gets an import hook instead")
-    install = subparsers.add_parser("install", help="make a venv's torch load the patched overlay")
+    install = add_command(
+        subparsers, "install", cmd_install,
+        help="make a venv's torch load the patched overlay",
+    )
     install.add_argument("--python", metavar="PATH", help=python_help)
-    install.set_defaults(func=cmd_install)
-    uninstall = subparsers.add_parser("uninstall", help="undo install (byte-exact restore)")
+    uninstall = add_command(
+        subparsers, "uninstall", cmd_uninstall,
+        help="undo install (byte-exact restore)",
+    )
     uninstall.add_argument("--python", metavar="PATH", help=python_help)
-    uninstall.set_defaults(func=cmd_uninstall)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .series import load_series, patched_result, touched_paths
-from .common import PatchsetError, Project, Runner
+from .common import PatchsetError, Project, Runner, add_command
 from .pyfind import find_python
 from .venvs import ensure_pinned_venv, venv_python
 
@@ -110,12 +110,12 @@ def cmd_lint(project: Project, runner: Runner, args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "lint", help="upstream's pinned flake8 over the files the series touches, patched",
+    parser = add_command(
+        subparsers, "lint", cmd_lint,
+        help="upstream's pinned flake8 over the files the series touches, patched",
         description="Install the flake8 pins of the checkout's .lintrunner.toml into .venv-lint "
                     "and run flake8 with the checkout's .flake8 over the series' files after the "
                     "whole series; exit 1 on any finding.",
     )
     parser.add_argument("--checkout", metavar="DIR",
                         help="source tree whose .lintrunner.toml and .flake8 are used (default: the cache's)")
-    parser.set_defaults(func=cmd_lint)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import PatchsetError, Project, Runner
+from .common import PatchsetError, Project, Runner, add_command
 from .generated_tests import check_tests, expected_tests, write_tests
 from .overlay import check_checkout, check_overlay, expected_overlay, write_overlay
 from .series import patched_result
@@ -40,12 +40,12 @@ def cmd_overlay(project: Project, runner: Runner, args: argparse.Namespace) -> i
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "overlay", help="generate torch_overlay/ from the pristine base + series",
+    parser = add_command(
+        subparsers, "overlay", cmd_overlay,
+        help="generate torch_overlay/ from the pristine base + series",
         description="Write torch_overlay/<path> for each torch/ file the series changes, MANIFEST, "
                     "and the generated test files (test/test_fake_tensor.py).",
     )
     parser.add_argument("--check", action="store_true",
                         help="do not write; fail naming the file if torch_overlay/ (or --checkout) is stale")
     parser.add_argument("--checkout", metavar="DIR", help="with --check: also verify this patched checkout")
-    parser.set_defaults(func=cmd_overlay)

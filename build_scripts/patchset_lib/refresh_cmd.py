@@ -24,7 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import overlay, series_io
 from .generated_tests import GENERATED_TESTS, expected_tests
-from .common import PatchsetError, Project, Runner, read_base_hashes, read_series, sha256_bytes
+from .common import PatchsetError, Project, Runner, add_command, read_base_hashes, read_series, sha256_bytes
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
 
@@ -265,8 +265,8 @@ def cmd_refresh(project: Project, runner: Runner, args: argparse.Namespace) -> i
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "refresh",
+    parser = add_command(
+        subparsers, "refresh", cmd_refresh,
         help="regenerate patches/ from the commits of a git checkout",
         description="Regenerate patches/, base.sha256 and the overlay MANIFEST from the commits "
                     "on top of the pristine base in a git checkout.",
@@ -275,4 +275,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="git checkout where the series was applied with `git am` and edited")
     parser.add_argument("--base", metavar="REV",
                         help="base commit (default: newest ancestor of HEAD with the pristine files)")
-    parser.set_defaults(func=cmd_refresh)

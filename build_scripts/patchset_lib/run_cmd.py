@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from .series import apply_series, reset_cached_checkout
-from .common import Project, Runner
+from .common import Project, Runner, add_command
 from .overlay_hook import install_project_venv
 from .overlay import ensure_overlay
 from .setup_cmd import ensure_setup
@@ -35,8 +35,8 @@ def cmd_run(project: Project, runner: Runner, args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "run", help="setup, apply, overlay, install, then run the upstream tests",
+    parser = add_command(
+        subparsers, "run", cmd_run,
+        help="setup, apply, overlay, install, then run the upstream tests",
         description="The whole pipeline on the cached checkout; exit code of the upstream tests.",
     )
-    parser.set_defaults(func=cmd_run)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .apt import dpkg_versions, install_apt_packages, missing_apt_packages
-from .common import PatchsetError, Project, Runner, base_pin, read_base_hashes, sha256_file
+from .common import PatchsetError, Project, Runner, add_command, base_pin, read_base_hashes, sha256_file
 from .project_venv import ensure_venv
 from .pyfind import find_python
 from .source import check_pristine, ensure_source
@@ -119,12 +119,12 @@ def cmd_setup(project: Project, runner: Runner, args: argparse.Namespace) -> int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "setup", help="install what is missing (apt packages, source package, .venv); idempotent",
+    parser = add_command(
+        subparsers, "setup", cmd_setup,
+        help="install what is missing (apt packages, source package, .venv); idempotent",
         description="Install apt packages, fetch the pinned Debian source package into .cache/, "
                     "verify the system torch base, and make .venv with pinned pytest/expecttest.",
     )
     parser.add_argument("--pip", action="store_true",
                         help=f"also make {PIP_VENV} with PyPI's torch==1.13.1 from the first Python "
                              "3.7-3.10 found (pyenv's versions, then python3.N on PATH); ~3.3 GB")
-    parser.set_defaults(func=cmd_setup)

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .series import reset_cached_checkout
 from .build_inputs import BUILD_APT_PACKAGES
 from .build_tree import BUILD_DIR, SMOKE_SAMPLE, SYSTEM_LIBS_ENV, prepare_tree, run_ninja, tree_dir
-from .common import PatchsetError, Project, Runner, base_pin
+from .common import PatchsetError, Project, Runner, add_command, base_pin
 from .apt import install_apt_packages, missing_apt_packages
 
 VENV_DIR = ".venv-source-build"
@@ -371,8 +371,8 @@ def cmd_source_build(project: Project, runner: Runner, args: argparse.Namespace)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "source-build",
+    parser = add_command(
+        subparsers, "source-build", cmd_source_build,
         help="build torch (CPU only) from the checkout with both series, then run upstream's tests",
         description="Copy the checkout into .cache/source-build, apply the fake-tensor series and "
                     "patches/build-fixes, configure against Debian's libraries, build with ninja "
@@ -385,4 +385,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="configure and compile a fixed sample of translation units from each part")
     parser.add_argument("--dry-run", action="store_true", help="print the exact plan and exit")
     parser.add_argument("--preflight", action="store_true", help="only run the checks (exit 1 if any fails)")
-    parser.set_defaults(func=cmd_source_build)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, List, Tuple
 
 from .series import checkout_state, hashes, load_series, patched_result
-from .common import PatchsetError, Project, Runner, base_pin, quiet, read_base_hashes
+from .common import PatchsetError, Project, Runner, add_command, base_pin, quiet, read_base_hashes
 from .overlay import overlay_state
 from .project_venv import PINNED_PIP, check_venv_kind, venv_versions
 from .source import check_pristine, check_tarball, tarball_path
@@ -97,5 +97,7 @@ def cmd_status(project: Project, runner: Runner, args: argparse.Namespace) -> in
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("status", help="show base, series, checkout, overlay and venv state")
-    parser.set_defaults(func=cmd_status)
+    add_command(
+        subparsers, "status", cmd_status,
+        help="show base, series, checkout, overlay and venv state",
+    )

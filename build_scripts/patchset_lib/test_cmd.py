@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import List, Sequence, Union
 
-from .common import Project, Runner
+from .common import Project, Runner, add_command
 from .overlay_hook import install_project_venv
 from .overlay import ensure_overlay
 from .setup_cmd import ensure_setup
@@ -39,11 +39,12 @@ def cmd_test(project: Project, runner: Runner, args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "test", help="setup, then run the repo's tests with .venv's pytest (other args go to pytest)",
+    # No positional for them: cli.py hands every argument after `test` to pytest_args.
+    add_command(
+        subparsers, "test", cmd_test,
+        help="setup, then run the repo's tests with .venv's pytest (other args go to pytest)",
         usage="patchset test [-h] [[--] PYTEST_ARG ...]",
         description="Run `.venv/bin/python -m pytest test -q`; `patchset test -k foo` and "
                     "`patchset test -- -k foo` both pass -k foo.",
+        pytest_args=[], pass_through="pytest_args",
     )
-    # No positional for them: cli.py hands every argument after `test` to pytest_args.
-    parser.set_defaults(func=cmd_test, pytest_args=[], pass_through="pytest_args")

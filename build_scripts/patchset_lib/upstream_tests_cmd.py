@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .common import PatchsetError, Project, Runner
+from .common import PatchsetError, Project, Runner, add_command
 from .overlay import check_overlay_files, read_manifest
 from .project_venv import check_project_venv
 from .sides import SIDES, Side, checked_torch_dir, installed_sides, venv_sides
@@ -264,8 +264,8 @@ def cmd_upstream_tests(project: Project, runner: Runner, args: argparse.Namespac
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "upstream-tests",
+    parser = add_command(
+        subparsers, "upstream-tests", cmd_upstream_tests,
         help="run upstream test files against the patched and the unpatched torch, side by side",
     )
     parser.add_argument("--checkout", metavar="DIR", help="PyTorch checkout (default: the cached one)")
@@ -282,4 +282,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ".venv-pip/bin/python): patched as installed, unpatched through an import hook onto the "
         "pristine base files (default: the project .venv with and without its hook)",
     )
-    parser.set_defaults(func=cmd_upstream_tests)

@@ -35,7 +35,7 @@ def cmd_run(project: Project, runner: Runner, args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(
+    add_command(
         subparsers, "run", cmd_run,
         help="setup, apply, overlay, install, then run the upstream tests",
         description="The whole pipeline on the cached checkout; exit code of the upstream tests.",

@@ -4,7 +4,7 @@
 missing, never skipped); patches are made with real git (`git format-patch`) in a temporary
 repo seeded with those files, so these tests do not depend on the contents of the real series.
 `make_small_project`: a few tiny stand-in base files instead, for the series tools (export,
-refresh, tests-patch), whose series is committed the tool's own way (`series_io`).
+refresh), whose series is committed the tool's own way (`series_io`).
 """
 from __future__ import annotations
 

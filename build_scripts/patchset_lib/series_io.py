@@ -1,7 +1,7 @@
 """The canonical way patches are produced: git only, byte-reproducible (`series` applies them).
 
 `format_series` is the one producer of `patches/NNNN-Subject.patch` + `patches/series`; refresh,
-tests-patch and the lead's manual runs use it, so a patch file differs only when its commit does.
+and the lead's manual runs use it, so a patch file differs only when its commit does.
 Reproducibility rests on: fixed format-patch options (every option that a user's config could
 change is given explicitly), git config isolated from the user's (`GIT_CONFIG_GLOBAL=/dev/null`,
 no system config, C locale for diffstat wording), fixed identities and dates for the commits we

@@ -46,6 +46,20 @@ def test_unchanged_torch_file_is_not_in_overlay(tmp_project: TmpProject) -> None
     assert tree_hashes(tmp_project.overlay) == {"MANIFEST": sha(b"")}
 
 
+def test_overlay_writes_the_generated_test_file_and_check_detects_edits(
+    tmp_project: TmpProject, good_series: Dict[str, bytes]
+) -> None:
+    assert tmp_project.tool("overlay").returncode == 0
+    generated = tmp_project.root / TEST
+    assert generated.read_bytes() == good_series[TEST]
+    generated.write_bytes(good_series[TEST] + b"# edited by hand\n")
+    proc = tmp_project.tool("overlay", "--check")
+    assert proc.returncode == 1
+    assert f"{TEST} differs from pristine base + series" in proc.stderr
+    assert tmp_project.tool("overlay").returncode == 0
+    assert generated.read_bytes() == good_series[TEST]
+
+
 def test_edited_overlay_file_is_detected_by_name(tmp_project: TmpProject, good_series: Dict[str, bytes]) -> None:
     assert tmp_project.tool("overlay").returncode == 0
     flip_byte(tmp_project.overlay / FAKE)

@@ -34,6 +34,7 @@ def write_tests(project: Project, wanted: Mapping[str, bytes]) -> List[str]:
     stale = stale_tests(project, wanted)
     for path in stale:
         target = project.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".patchset-tmp")
         tmp.write_bytes(wanted[path])
         os.replace(tmp, target)

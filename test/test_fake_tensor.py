@@ -1707,34 +1707,28 @@ class ConversionFieldsTest(TestCase):
                 self.assertIs(out._base, converted(real._base))
                 self._check_fields(out._base, real._base, converted, expect_device)
 
-    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
     @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
-    def test_meta_matches_real(self, case, fast_path):
+    def test_meta_matches_real(self, case):
         tensors = _patchset_case(case)
         mc = MetaConverter()
-        mc.fast_path = fast_path
         outs = [mc(t) for t in tensors]
         self.assertTrue(outs[-1].is_meta)
         # converted(t) is a memo hit: bases are compared by identity
         self._check_fields(outs[-1], tensors[-1], mc, lambda t: torch.device("meta"))
 
-    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
     @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
-    def test_fake_matches_real(self, case, fast_path):
+    def test_fake_matches_real(self, case):
         # is_leaf, _is_view() and _base too: FakeTensor wrapping detaches (1.13.1), so fakes of
         # views and non-leaves are made through autograd from the fake of the base or leaf
         tensors = _patchset_case(case)
         mode = FakeTensorMode()
-        mode.fake_tensor_converter.meta_converter.fast_path = fast_path
         outs = [mode.from_tensor(t) for t in tensors]
         self.assertIsInstance(outs[-1], FakeTensor)
         self._check_fields(outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device)
 
-    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
-    def test_autograd_grad_through_meta_of_channels_last_non_leaf(self, fast_path):
+    def test_autograd_grad_through_meta_of_channels_last_non_leaf(self):
         y = _patchset_channels_last_non_leaf()
         mc = MetaConverter()
-        mc.fast_path = fast_path
         m = mc(y)
         (grad,) = torch.autograd.grad(m.sum(), m)
         self.assertEqual(grad.shape, y.shape)
@@ -1749,19 +1743,7 @@ class ConversionFieldsTest(TestCase):
             mz.add_(1)
         self.assertEqual(mx._version, 1)
 
-    def test_fast_path_converts_dense_leaf_without_general_path(self):
-        calls = []
-        mc = MetaConverter()
-        general = mc._convert
-        mc._convert = lambda *args: calls.append(args) or general(*args)
-        x = torch.randn(3, 4)
-        mc(x)
-        self.assertEqual(calls, [])
-        mc.fast_path = False
-        mc(torch.randn(3, 4))
-        self.assertEqual(len(calls), 1)
-
-    def test_fast_path_leaf_shares_storage_with_later_view(self):
+    def test_leaf_shares_storage_with_later_view(self):
         x = torch.randn(4, 3)
         mc = MetaConverter()
         mx, mv = mc(x), mc(x[1:])
@@ -2108,96 +2090,55 @@ def _patchset_dense_leaf_cases():
     return [x, p, torch.randn(2, requires_grad=True), on_x, x[1:], x.t().contiguous().t(), x]
 
 
-class DenseLeafFastPathTest(TestCase):
-    """FakeTensorConverter's fast path for dense leaves against its general path (the same
-    switch as MetaConverter's: meta_converter.fast_path)."""
-
-    def _convert(self, fast_path, tensors):
+class DenseLeafConversionTest(TestCase):
+    def _convert(self, tensors):
         mode = FakeTensorMode()
-        mode.fake_tensor_converter.meta_converter.fast_path = fast_path
         return mode, [mode.from_tensor(t) for t in tensors]
 
-    def test_fake_of_dense_leaf_made_without_meta_or_input(self):
-        mode = FakeTensorMode()
-        mc = mode.fake_tensor_converter.meta_converter
-        calls = []
-        general = mc.meta_or_input
-        mc.meta_or_input = lambda *args, **kwargs: calls.append(args) or general(*args, **kwargs)
-        mode.from_tensor(torch.randn(3, 4))
-        mode.from_tensor(torch.nn.Parameter(torch.randn(3)))
-        self.assertEqual(calls, [])
-        mc.fast_path = False
-        mode.from_tensor(torch.randn(3, 4))
-        self.assertEqual(len(calls), 1)
-
-    def test_fast_path_leaves_converter_state_of_general_path(self):
-        def state(fast_path):
-            tensors = _patchset_dense_leaf_cases()
-            mode, fakes = self._convert(fast_path, tensors)
-            conv = mode.fake_tensor_converter
-            mc = conv.meta_converter
-            sids = [torch._C._storage_id(f) for f in fakes]
-            return {
-                "counters": (mc.hit, mc.miss, mc.arg_cnt),
-                "memo sizes": (len(conv.tensor_memo), len(mc.tensor_memo), len(mc.storage_memo)),
-                "storage shared with the first fake": [s == sids[0] for s in sids],
-                "hit is the first fake": fakes[-1] is fakes[0],
-                "parameters": [isinstance(f, torch.nn.Parameter) for f in fakes],
-            }
-
-        self.assertEqual(state(True), state(False))
-
     def test_dense_leaf_on_converted_storage_shares_it_and_counts_once(self):
-        for fast_path in (True, False):
-            x = torch.randn(4, 3)
-            on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
-            mode, (fx, fon_x) = self._convert(fast_path, [x, on_x])
-            mc = mode.fake_tensor_converter.meta_converter
-            self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fon_x))
-            self.assertIsNot(fx, fon_x)
-            self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
+        x = torch.randn(4, 3)
+        on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
+        mode, (fx, fon_x) = self._convert([x, on_x])
+        mc = mode.fake_tensor_converter.meta_converter
+        self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fon_x))
+        self.assertIsNot(fx, fon_x)
+        self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
 
     def test_conversion_under_its_own_mode_makes_plain_fakes(self):
         # the meta factory and the wrapper must not reach the mode (they would make fakes of
         # fakes, on the meta device)
-        for fast_path in (True, False):
-            mode = FakeTensorMode()
-            mode.fake_tensor_converter.meta_converter.fast_path = fast_path
-            x, p = torch.randn(3), torch.nn.Parameter(torch.randn(2))
-            with mode:
-                fx, fp = mode.from_tensor(x), mode.from_tensor(p)
-            for f in (fx, fp):
-                self.assertIsInstance(f, FakeTensor)
-                self.assertIs(f.fake_mode, mode)
-                self.assertEqual(f.device, torch.device("cpu"))
-            self.assertIsInstance(fp, torch.nn.Parameter)
-            self.assertIs(mode.from_tensor(x), fx)
+        mode = FakeTensorMode()
+        x, p = torch.randn(3), torch.nn.Parameter(torch.randn(2))
+        with mode:
+            fx, fp = mode.from_tensor(x), mode.from_tensor(p)
+        for f in (fx, fp):
+            self.assertIsInstance(f, FakeTensor)
+            self.assertIs(f.fake_mode, mode)
+            self.assertEqual(f.device, torch.device("cpu"))
+        self.assertIsInstance(fp, torch.nn.Parameter)
+        self.assertIs(mode.from_tensor(x), fx)
 
     def test_conversion_invisible_to_torch_dispatch_mode(self):
-        for fast_path in (True, False):
-            mode = FakeTensorMode()
-            mode.fake_tensor_converter.meta_converter.fast_path = fast_path
-            p = torch.nn.Parameter(torch.randn(3))
-            recorder = _PatchsetDispatchRecorder()
-            with recorder:
-                f = mode.from_tensor(p)
-            self.assertEqual(recorder.log, [])
-            self.assertIsInstance(f, FakeTensor)
+        mode = FakeTensorMode()
+        p = torch.nn.Parameter(torch.randn(3))
+        recorder = _PatchsetDispatchRecorder()
+        with recorder:
+            f = mode.from_tensor(p)
+        self.assertEqual(recorder.log, [])
+        self.assertIsInstance(f, FakeTensor)
 
-    def test_fast_path_fake_carries_what_the_constructor_sets(self):
-        # the fast path wraps the meta without FakeTensor.__init__ (its checks are made
-        # already): the fakes must carry the same attributes and dispatch keys either way
-        def described(fast_path):
-            tensors = [torch.randn(3, 4), torch.nn.Parameter(torch.randn(3)),
-                       torch.randn(2, requires_grad=True)]
-            mode, fakes = self._convert(fast_path, tensors)
-            return [
-                (type(f), sorted(f.__dict__), f.fake_device, f.fake_mode is mode, f.constant,
-                 f.requires_grad, f.is_leaf, f.device, repr(torch._C._dispatch_keys(f)))
-                for f in fakes
-            ]
+    @parametrize("requires_grad", [False, True])
+    def test_converted_fake_carries_what_the_constructor_sets(self, requires_grad):
+        # the converter wraps the meta without FakeTensor.__init__ (its checks are made
+        # already): the fake must carry what a constructed one carries
+        def described(f):
+            return (type(f), sorted(f.__dict__), f.fake_device, f.fake_mode is mode, f.constant,
+                    f.requires_grad, f.is_leaf, f.device, repr(torch._C._dispatch_keys(f)))
 
-        self.assertEqual(described(True), described(False))
+        x = torch.randn(3, 4, requires_grad=requires_grad)
+        mode, (fx,) = self._convert([x])
+        meta = torch.empty_strided(x.size(), x.stride(), device="meta", requires_grad=requires_grad)
+        self.assertEqual(described(fx), described(FakeTensor(mode, meta, x.device)))
 
     def test_one_weakref_per_memo_entry(self):
         # a tensor carries one weak reference per converter memo, its fake one (the memo's)
@@ -2208,6 +2149,9 @@ class DenseLeafFastPathTest(TestCase):
         self.assertEqual(weakref.getweakrefcount(fx), 1)
         self.assertIs(mode.from_tensor(x), fx)
         self.assertEqual(weakref.getweakrefcount(x), 2)
+
+
+instantiate_parametrized_tests(DenseLeafConversionTest)
 
 
 class WeakIdKeyMemoEntryTest(TestCase):
@@ -2239,7 +2183,7 @@ class WeakIdKeyMemoEntryTest(TestCase):
 
 
 class StorageRefKeyTest(TestCase):
-    """storage_memo's keys made by the fast paths stand for StorageWeakRefs of the storage."""
+    """storage_memo's keys made by the converter stand for StorageWeakRefs of the storage."""
 
     def test_key_equals_and_hashes_as_storage_weak_ref(self):
         x = torch.randn(3)

@@ -2154,32 +2154,35 @@ class DenseLeafConversionTest(TestCase):
 instantiate_parametrized_tests(DenseLeafConversionTest)
 
 
-class WeakIdKeyMemoEntryTest(TestCase):
-    def test_set_replaces_live_entry_and_key_death_drops_it(self):
-        from torch._subclasses.meta_utils import WeakIdKeyMemo
+class WeakIdKeyDictionaryTest(TestCase):
+    @parametrize("weak_values", [False, True])
+    def test_set_replaces_live_entry_and_key_death_drops_it(self, weak_values):
+        from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
 
-        for weak_values in (False, True):
-            memo = WeakIdKeyMemo(weak_values=weak_values)
-            x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
-            memo[x] = a
-            memo[x] = b
-            self.assertIs(memo.get(x), b)
-            self.assertEqual(len(memo), 1)
-            self.assertEqual(weakref.getweakrefcount(x), 1)
-            del x
-            self.assertEqual(len(memo), 0)
-            self.assertEqual(memo.deaths, 1)
+        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+        x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
+        memo[x] = a
+        memo[x] = b
+        self.assertIs(memo.get(x), b)
+        self.assertEqual(len(memo), 1)
+        self.assertEqual(weakref.getweakrefcount(x), 1)
+        del x
+        self.assertEqual(len(memo), 0)
+        self.assertEqual(memo.deaths, 1)
 
     def test_weak_value_death_drops_entry(self):
-        from torch._subclasses.meta_utils import WeakIdKeyMemo
+        from torch.utils.weak import WeakIdKeyWeakValueDictionary
 
-        memo = WeakIdKeyMemo(weak_values=True)
+        memo = WeakIdKeyWeakValueDictionary()
         x, v = torch.randn(2), torch.randn(1)
         self.assertIs(memo.setdefault(x, v), v)
         del v
         self.assertEqual(len(memo), 0)
         self.assertIsNone(memo.get(x))
         self.assertEqual(memo.deaths, 1)
+
+
+instantiate_parametrized_tests(WeakIdKeyDictionaryTest)
 
 
 class StorageRefKeyTest(TestCase):
@@ -2828,7 +2831,7 @@ class ConversionThreadTest(TestCase):
             p = torch.nn.Parameter(torch.randn(4, 6))
             p.grad = x = torch.randn(4, 6)
             holder = mode.from_tensor(p)
-        entry = mode.fake_tensor_converter.tensor_memo._entries[id(x)]
+        entry = mode.fake_tensor_converter.tensor_memo.data[id(x)]
         gc.collect()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -25,7 +25,7 @@ if str(TOOL_LIB) not in sys.path:
     sys.path.insert(0, str(TOOL_LIB))
 
 from patchset_lib import series_io  # noqa: E402
-from patchset_lib.common import Project, Runner, find_project, read_base_hashes  # noqa: E402
+from patchset_lib.common import ABSENT, Project, Runner, find_project, read_base_hashes  # noqa: E402
 from patchset_lib.source import ensure_pristine  # noqa: E402
 
 Edit = Callable[[str], str]
@@ -81,7 +81,8 @@ def base_files() -> Dict[str, bytes]:
     """The pinned base files, from .cache/pristine (fetched by the tool's own code if missing)."""
     project = find_project(TOOL_LIB)
     ensure_pristine(project, Runner(log_file=project.log_file))
-    return {path: (project.pristine / path).read_bytes() for path in sorted(read_base_hashes(project))}
+    return {path: (project.pristine / path).read_bytes()
+            for path, digest in sorted(read_base_hashes(project).items()) if digest != ABSENT}
 
 
 class TmpProject:
@@ -124,7 +125,11 @@ class TmpProject:
         names: List[str] = []
         for subject, author, edits, exported in commits:
             for path, edit in edits.items():
-                (seed / path).write_text(edit((seed / path).read_text()))
+                # a path the base lacks is created from ""
+                old = (seed / path).read_text() if (seed / path).is_file() else ""
+                (seed / path).parent.mkdir(parents=True, exist_ok=True)
+                (seed / path).write_text(edit(old))
+                git("add", path, cwd=seed)
             git("commit", "-q", "-a", "-m", subject, "-m", f"Why: {subject.lower()}.",
                 f"--author={author}", cwd=seed)
             if exported:
@@ -132,7 +137,8 @@ class TmpProject:
                           "-o", str(self.patches), cwd=seed)
                 names.append(Path(out.strip()).name)
         (self.patches / "series").write_text("".join(n + "\n" for n in names))
-        return {path: (seed / path).read_bytes() for path in self.base}
+        touched = {path for _, _, edits, _ in commits for path in edits}
+        return {path: (seed / path).read_bytes() for path in sorted({*self.base, *touched})}
 
 
 FAKE = "torch/_subclasses/fake_tensor.py"

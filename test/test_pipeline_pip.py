@@ -21,7 +21,9 @@ sys.path.insert(0, str(REPO / "build_scripts"))
 
 from conftest import copy_tool, run_tool  # noqa: E402
 from patchset_lib import overlay, pip_torch, pyfind, setup_cmd, torch_target  # noqa: E402
-from patchset_lib.common import PatchsetError, Runner, find_project, read_base_hashes, sha256_file  # noqa: E402
+from patchset_lib.common import (  # noqa: E402
+    ABSENT, PatchsetError, Runner, file_digest, find_project, read_base_hashes, sha256_file,
+)
 from patchset_lib.venvs import venv_python, wrong_pins  # noqa: E402
 
 PROJECT = find_project(REPO / "build_scripts")
@@ -82,7 +84,7 @@ def test_pip_venv_has_the_pins_and_the_pinned_base_files(pip_python: Path) -> No
     site = site_packages()
     assert site.is_relative_to(PROJECT.root / ".venv-pip")
     for entry in entries():
-        assert sha256_file(site / entry.path) == entry.base_sha256, entry.path
+        assert file_digest(site / entry.path) == entry.base_sha256, entry.path
 
 
 def test_install_twice_then_uninstall_restores_every_byte(pip_python: Path) -> None:
@@ -93,7 +95,7 @@ def test_install_twice_then_uninstall_restores_every_byte(pip_python: Path) -> N
     backups = pip_torch.backup_dir(PROJECT, site_packages())
     for entry in entries():
         assert sha256_file(site_packages() / entry.path) == entry.result_sha256, entry.path
-        assert sha256_file(backups / "files" / entry.path) == entry.base_sha256, entry.path
+        assert file_digest(backups / "files" / entry.path) == entry.base_sha256, entry.path
     second = tool("install", "--python", str(pip_python))
     assert second.returncode == 0 and "already installed" in second.stdout
     assert snapshot() == installed
@@ -103,8 +105,32 @@ def test_install_twice_then_uninstall_restores_every_byte(pip_python: Path) -> N
     assert not backups.exists()
 
 
+def test_uninstall_removes_the_files_the_series_creates(pip_python: Path) -> None:
+    created = [e for e in entries() if e.base_sha256 == ABSENT]
+    assert created, "the series creates torch/utils/weak.py"
+    proc = tool("install", "--python", str(pip_python))
+    assert proc.returncode == 0, proc.stderr
+    assert all((site_packages() / e.path).is_file() for e in created)
+    proc = tool("uninstall", "--python", str(pip_python))
+    assert proc.returncode == 0, proc.stderr
+    assert not any((site_packages() / e.path).exists() for e in created)
+
+
+def test_install_refuses_a_file_the_base_lacks_and_changes_nothing(pip_python: Path) -> None:
+    target = site_packages() / next(e.path for e in entries() if e.base_sha256 == ABSENT)
+    try:
+        target.write_bytes(b"# not from the series\n")
+        before = snapshot()
+        proc = tool("install", "--python", str(pip_python))
+        assert proc.returncode == 1
+        assert f"{target} exists, but the 1.13.1 base has none" in proc.stderr
+        assert snapshot() == before
+    finally:
+        target.unlink()
+
+
 def test_install_refuses_a_changed_base_file_and_changes_nothing(pip_python: Path) -> None:
-    target = site_packages() / entries()[-1].path
+    target = site_packages() / [e.path for e in entries() if e.base_sha256 != ABSENT][-1]
     original = target.read_bytes()
     try:
         target.write_bytes(original + b"# changed by the test\n")
@@ -156,7 +182,9 @@ def patched_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     test_fake_tensor.py holds upstream's tests and ours (the cached checkout may be pristine)."""
     checkout = tmp_path_factory.mktemp("checkout")
     shutil.copytree(PROJECT.default_checkout / "test", checkout / "test", symlinks=True)
-    for path in read_base_hashes(PROJECT):
+    for path, digest in read_base_hashes(PROJECT).items():
+        if digest == ABSENT:  # created by the series
+            continue
         (checkout / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(PROJECT.pristine / path, checkout / path)
     proc = tool("apply", "--checkout", str(checkout))

@@ -28,8 +28,10 @@ def tool(*args: str) -> subprocess.CompletedProcess:
 
 
 # every base file the series touches, as pinned
+# files the base has (`absent` marks a file the series creates)
 BASE_FILES = tuple(line.split()[1] for line in
-                   (REPO / "patches" / "base.sha256").read_text().splitlines() if line.strip())
+                   (REPO / "patches" / "base.sha256").read_text().splitlines()
+                   if line.strip() and line.split()[0] != "absent")
 
 
 def pristine_tree(root: Path) -> Path:

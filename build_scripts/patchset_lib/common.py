@@ -130,7 +130,8 @@ def read_series(project: Project) -> List[Path]:
 
 
 def read_base_hashes(project: Project) -> Dict[str, str]:
-    """Map of in-tree path -> sha256 of the pristine base file, from patches/base.sha256."""
+    """Map of in-tree path -> sha256 of the pristine base file (ABSENT: the base has none), from
+    patches/base.sha256."""
     hashes: Dict[str, str] = {}
     for line in project.base_hashes_file.read_text().splitlines():
         if not line.strip() or line.startswith("#"):
@@ -142,6 +143,16 @@ def read_base_hashes(project: Project) -> Dict[str, str]:
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# The digest patches/base.sha256 and torch_overlay/MANIFEST give a file the base does not have
+# (the series creates it).
+ABSENT = "absent"
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of the file at path, or ABSENT when there is none."""
+    return sha256_file(path) if Path(path).is_file() else ABSENT
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -2,8 +2,9 @@
 series, written, read and checked.
 
 `torch_overlay/<in-tree path>` holds every file under torch/ that the series changes, and
-`torch_overlay/MANIFEST` (committed) lists `<path> <base sha256> <result sha256>` for each, so
-a stale or hand-edited overlay is detectable with `overlay --check`.
+`torch_overlay/MANIFEST` (committed) lists `<path> <base sha256> <result sha256>` for each (base
+`absent` for a file the series creates), so a stale or hand-edited overlay is detectable with
+`overlay --check`.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from .common import PatchsetError, Project, Runner, read_base_hashes, sha256_bytes, sha256_file
+from .common import ABSENT, PatchsetError, Project, Runner, read_base_hashes, sha256_bytes, sha256_file
 from .series import patched_result
 
 
@@ -30,15 +31,17 @@ class ManifestEntry:
 
 
 def overlay_files(result: Mapping[str, bytes], base: Mapping[str, str]) -> Dict[str, bytes]:
-    """The files under torch/ that the series changes (test/ files live only in checkouts)."""
+    """The files under torch/ that the series changes or creates (test/ files live only in
+    checkouts)."""
     return {
         path: data for path, data in sorted(result.items())
-        if path.startswith("torch/") and sha256_bytes(data) != base[path]
+        if path.startswith("torch/") and sha256_bytes(data) != base.get(path, ABSENT)
     }
 
 
 def manifest_text(files: Mapping[str, bytes], base: Mapping[str, str]) -> str:
-    return "".join(f"{path} {base[path]} {sha256_bytes(files[path])}\n" for path in sorted(files))
+    return "".join(f"{path} {base.get(path, ABSENT)} {sha256_bytes(files[path])}\n"
+                   for path in sorted(files))
 
 
 def manifest_paths(text: str) -> List[str]:
@@ -120,7 +123,8 @@ def parse_manifest(text: str, where: str = "MANIFEST") -> List[ManifestEntry]:
         if not line.strip() or line.startswith("#"):
             continue
         tokens = line.split()
-        if len(tokens) != 3 or not all(_is_sha256(t) for t in tokens[1:]):
+        if len(tokens) != 3 or not (_is_sha256(tokens[1]) or tokens[1] == ABSENT) \
+                or not _is_sha256(tokens[2]):
             raise PatchsetError(f"{where}:{number}: expected `<path> <base sha256> <result sha256>`")
         path = tokens[0]
         if not (path.startswith("torch/") and path.endswith(".py")) or path.endswith("/__init__.py"):

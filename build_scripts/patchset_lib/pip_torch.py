@@ -10,7 +10,8 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .common import PatchsetError, Project, Runner, raise_if, sha256_bytes, sha256_file, write_text_atomic
+from .common import (ABSENT, PatchsetError, Project, Runner, file_digest, raise_if, sha256_bytes,
+                     write_text_atomic)
 from .overlay import ManifestEntry, check_overlay_files, read_manifest
 from .torch_target import check_base_files, check_not_system, checked_target, probe_python
 
@@ -29,7 +30,9 @@ def _read_record(directory: Path) -> Optional[dict]:
 def check_backup(directory: Path, record: dict) -> Optional[str]:
     for item in record["files"]:
         saved = directory / "files" / item["path"]
-        if not saved.is_file() or sha256_file(saved) != item["original_sha256"]:
+        if item["original_sha256"] == ABSENT:  # a file the overlay creates: nothing saved
+            continue
+        if not saved.is_file() or file_digest(saved) != item["original_sha256"]:
             return f"backup {saved} is missing or damaged; cannot restore {item['target']}"
     return None
 
@@ -43,6 +46,16 @@ def _replace_file(source: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
+def _restore_file(backups: Path, path: str, original_sha256: str, target: Path) -> None:
+    """Put back what `target` was before install: its saved copy, or no file."""
+    if original_sha256 == ABSENT:
+        if target.exists():
+            target.unlink()
+        return
+    _replace_file(backups / "files" / path, target)
+    shutil.copystat(backups / "files" / path, target)
+
+
 def _write_overlay_files(project: Project, site_packages: Path, entries: Sequence[ManifestEntry],
                          restore_from: Path) -> None:
     done: List[ManifestEntry] = []
@@ -52,7 +65,7 @@ def _write_overlay_files(project: Project, site_packages: Path, entries: Sequenc
             done.append(entry)
     except OSError:
         for entry in done:
-            _replace_file(restore_from / "files" / entry.path, site_packages / entry.path)
+            _restore_file(restore_from, entry.path, entry.base_sha256, site_packages / entry.path)
         raise
 
 
@@ -65,14 +78,15 @@ def install_into_python(project: Project, runner: Runner, python: Path) -> None:
     site_packages = info.torch_dir.parent
     backups = backup_dir(project, site_packages)
     record = _read_record(backups)
-    current = {e.path: sha256_file(site_packages / e.path) for e in entries
-               if (site_packages / e.path).is_file()}
+    current = {e.path: file_digest(site_packages / e.path) for e in entries}
     if record is not None:
         update_from_previous_install(project, backups, record, site_packages, entries, current)
         return
     raise_if(check_base_files(site_packages, entries))
     shutil.rmtree(backups, ignore_errors=True)  # a half-written backup from a crash, never a record
     for entry in entries:
+        if entry.base_sha256 == ABSENT:
+            continue
         saved = backups / "files" / entry.path
         saved.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(site_packages / entry.path, saved)
@@ -100,7 +114,7 @@ def install_into_python(project: Project, runner: Runner, python: Path) -> None:
 
 def check_installed_hashes(site_packages: Path, entries: Sequence[ManifestEntry]) -> Optional[str]:
     for entry in entries:
-        if sha256_file(site_packages / entry.path) != entry.result_sha256:
+        if file_digest(site_packages / entry.path) != entry.result_sha256:
             return f"{site_packages / entry.path} does not match the overlay after writing"
     return None
 
@@ -145,15 +159,13 @@ def uninstall_from_python(project: Project, runner: Runner, python: Path) -> Non
     raise_if(check_backup(backups, record))
     for item in record["files"]:
         target = Path(item["target"])
-        now = sha256_file(target) if target.is_file() else None
-        if now not in (item["installed_sha256"], item["original_sha256"]):
+        if file_digest(target) not in (item["installed_sha256"], item["original_sha256"]):
             raise PatchsetError(f"{target} changed since patchset installed it; not overwriting it")
     for item in record["files"]:
         target = Path(item["target"])
-        if sha256_file(target) != item["original_sha256"]:
-            _replace_file(backups / "files" / item["path"], target)
-            shutil.copystat(backups / "files" / item["path"], target)
-        if sha256_file(target) != item["original_sha256"]:
+        if file_digest(target) != item["original_sha256"]:
+            _restore_file(backups, item["path"], item["original_sha256"], target)
+        if file_digest(target) != item["original_sha256"]:
             raise PatchsetError(f"restoring {target} failed; the backup stays in {backups}")
     shutil.rmtree(backups)
     print(f"restored the original torch files in {site_packages}; removed {backups}")

@@ -24,7 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import overlay, series_io
 from .generated_tests import GENERATED_TESTS, expected_tests
-from .common import PatchsetError, Project, Runner, add_command, read_base_hashes, read_series, sha256_bytes
+from .common import ABSENT, PatchsetError, Project, Runner, add_command, read_base_hashes, read_series, sha256_bytes
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
 
@@ -56,6 +56,10 @@ def check_clean(repo: Path, runner: Runner) -> Optional[str]:
 
 def check_base_files(files: Mapping[str, bytes], hashes: Mapping[str, str], rev: str) -> Optional[str]:
     for path, digest in hashes.items():
+        if digest == ABSENT:
+            if path in files:
+                return f"{rev} has {path}, which patches/base.sha256 says the base has not"
+            continue
         if path not in files:
             return f"{rev} has no {path}"
         if sha256_bytes(files[path]) != digest:
@@ -135,8 +139,10 @@ def range_diff(runner: Runner, base_files: Mapping[str, bytes], old: Sequence[Pa
 
 
 def base_hashes_text(old_text: str, base_files: Mapping[str, bytes], touched: Sequence[str]) -> str:
-    """patches/base.sha256 for `touched`: kept lines stay in place, new ones appended sorted."""
-    wanted = {path: sha256_bytes(base_files[path]) for path in touched if path in base_files}
+    """patches/base.sha256 for `touched`: kept lines stay in place, new ones appended sorted; a
+    file the base lacks (the series creates it) is `absent`."""
+    wanted = {path: sha256_bytes(base_files[path]) if path in base_files else ABSENT
+              for path in touched}
     lines, seen = [], set()
     for line in old_text.splitlines():
         if not line.strip() or line.startswith("#"):
@@ -151,18 +157,17 @@ def base_hashes_text(old_text: str, base_files: Mapping[str, bytes], touched: Se
 
 
 def manifest_text(base_files: Mapping[str, bytes], result_files: Mapping[str, bytes]) -> str:
-    """torch_overlay/MANIFEST, written as `patchset overlay` writes it (files the series creates
-    or deletes cannot be overlaid; overlay_gaps reports them)."""
+    """torch_overlay/MANIFEST, written as `patchset overlay` writes it (files the series deletes
+    cannot be overlaid; overlay_gaps reports them)."""
     base = {path: sha256_bytes(data) for path, data in base_files.items()}
-    kept = {path: data for path, data in result_files.items() if path in base}
-    return overlay.manifest_text(overlay.overlay_files(kept, base), base)
+    return overlay.manifest_text(overlay.overlay_files(result_files, base), base)
 
 
 def overlay_gaps(touched: Sequence[str], base_files: Mapping[str, bytes],
                  result_files: Mapping[str, bytes]) -> List[str]:
-    """torch/ files the overlay cannot express (created or deleted by the series)."""
+    """torch/ files the overlay cannot express (deleted by the series)."""
     return [p for p in touched if p.startswith("torch/")
-            and (p not in base_files or p not in result_files)]
+            and p in base_files and p not in result_files]
 
 
 # ---- writing -----------------------------------------------------------------------------------
@@ -243,7 +248,7 @@ def report(project: Project, runner: Runner, old: Sequence[Path], got: Refreshed
     print("\n".join(summarize(old, got.patches)))
     diff = range_diff(runner, got.base_files, old, got.patches, work, env).rstrip()
     print(diff or "(range-diff: no changes)")
-    return [f"{path} is created or deleted by the series; torch_overlay cannot carry it"
+    return [f"{path} is deleted by the series; torch_overlay cannot carry it"
             for path in overlay_gaps(got.touched, got.base_files, got.result_files)]
 
 

@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .common import (
+    ABSENT,
     PatchsetError,
     Project,
     Runner,
     quiet,
     read_base_hashes,
     read_series,
+    file_digest,
     sha256_bytes,
-    sha256_file,
 )
 from .series_io import am_env, head, isolated_env, read_files
 from .source import ensure_pristine
@@ -109,9 +110,11 @@ def git_apply(runner: Runner, patch: Path, workdir: Path, reverse: bool = False)
 # --- computing results in a temporary directory -------------------------------------------
 
 def apply_in_temp(
-    runner: Runner, series: Sequence[Path], files: Mapping[str, bytes], reverse: bool = False
+    runner: Runner, series: Sequence[Path], files: Mapping[str, bytes], reverse: bool = False,
+    paths: Optional[Sequence[str]] = None,
 ) -> Dict[str, bytes]:
-    """Apply (or reverse) the series to `files` in a scratch dir; the resulting bytes by path."""
+    """Apply (or reverse) the series to `files` in a scratch dir; the resulting bytes by path,
+    of `paths` (default: those of `files`) that exist after it."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "tree"
         for path, data in files.items():
@@ -119,7 +122,8 @@ def apply_in_temp(
             (work / path).write_bytes(data)
         for patch in (reversed(series) if reverse else series):
             git_apply(quiet(runner), patch, work, reverse=reverse)
-        return {path: (work / path).read_bytes() for path in files}
+        return {path: (work / path).read_bytes() for path in (paths or files)
+                if (work / path).is_file()}
 
 
 def patched_result(project: Project, runner: Runner) -> Dict[str, bytes]:
@@ -130,7 +134,7 @@ def patched_result(project: Project, runner: Runner) -> Dict[str, bytes]:
     error = check_touched_pinned(touched_paths(runner, series), base)
     if error:
         raise PatchsetError(error)
-    return apply_in_temp(runner, series, read_files(project.pristine, sorted(base)))
+    return apply_in_temp(runner, series, read_files(project.pristine, sorted(base)), paths=sorted(base))
 
 
 # --- the state of a checkout --------------------------------------------------------------
@@ -146,15 +150,15 @@ def checkout_state(checkout: Path, base: Mapping[str, str], patched: Mapping[str
     at_base: List[str] = []
     at_patched: List[str] = []
     for path in sorted(base):
-        target = checkout / path
-        if not target.is_file():
+        digest = file_digest(checkout / path)
+        wanted = patched.get(path, ABSENT)
+        if digest == ABSENT and ABSENT not in (base[path], wanted):
             return CheckoutState("modified", f"{path} is missing from {checkout}")
-        digest = sha256_file(target)
         if digest == base[path]:
             at_base.append(path)
-        if digest == patched[path]:
+        if digest == wanted:
             at_patched.append(path)
-        if digest not in (base[path], patched[path]):
+        if digest not in (base[path], wanted):
             return CheckoutState(
                 "modified",
                 f"{path} matches neither the base (patches/base.sha256) nor the patched result "
@@ -219,8 +223,11 @@ def check_commit_has_base(runner: Runner, checkout: Path, rev: str, pristine: Pa
     for path in sorted(paths):
         committed = quiet(runner).git("rev-parse", "--verify", "--quiet", f"{rev}:{path}", cwd=checkout,
                                       check=False, capture=True).stdout.strip()
-        wanted = quiet(runner).git("hash-object", "--no-filters", pristine / path, cwd=checkout,
-                                   capture=True).stdout.strip()
+        if not (pristine / path).is_file():  # a file the series creates
+            wanted = ""
+        else:
+            wanted = quiet(runner).git("hash-object", "--no-filters", pristine / path, cwd=checkout,
+                                       capture=True).stdout.strip()
         if committed != wanted:
             return f"{path} in {rev} is not the pristine base"
     return None
@@ -246,8 +253,7 @@ def restore(checkout: Path, saved: Snapshot) -> None:
 
 def check_result(checkout: Path, expected: Mapping[str, str]) -> Optional[str]:
     for path, digest in sorted(expected.items()):
-        target = checkout / path
-        if not target.is_file() or sha256_file(target) != digest:
+        if file_digest(checkout / path) != digest:
             return f"{path} does not have the expected content after the operation"
     return None
 
@@ -262,8 +268,8 @@ def reset_cached_checkout(project: Project, runner: Runner) -> Optional[str]:
     state = checkout_state(checkout, read_base_hashes(project), hashes(patched_result(project, runner)))
     if state.kind != "modified":
         return None
-    base = read_base_hashes(project)
-    restore(checkout, read_files(project.pristine, sorted(base)))
+    files = read_files(project.pristine, sorted(read_base_hashes(project)))
+    restore(checkout, {path: files.get(path) for path in read_base_hashes(project)})
     return f"reset base files of {checkout} from .cache/pristine ({state.detail})"
 
 

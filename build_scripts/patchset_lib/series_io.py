@@ -20,6 +20,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 from .common import (
     PatchsetError,
     Project,
+    ABSENT,
     Runner,
     git_identity_env,
     identity,
@@ -104,11 +105,16 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> None:
 
 
 def read_files(root: Path, paths: Iterable[str]) -> Dict[str, bytes]:
-    return {path: (root / path).read_bytes() for path in paths}
+    """The bytes of those of `paths` that are files under root."""
+    return {path: (root / path).read_bytes() for path in paths if (root / path).is_file()}
 
 
 def check_pristine_files(files: Mapping[str, bytes], hashes: Mapping[str, str]) -> Optional[str]:
     for path, digest in hashes.items():
+        if digest == ABSENT:
+            if path in files:
+                return f"{path} exists, but patches/base.sha256 says the base has none"
+            continue
         if path not in files:
             return f"pristine base file {path} is missing"
         if sha256_bytes(files[path]) != digest:
@@ -121,7 +127,7 @@ def pristine_files(project: Project) -> Dict[str, bytes]:
     hashes = read_base_hashes(project)
     problems = []
     for root in (project.pristine, project.default_checkout):
-        if not all((root / path).is_file() for path in hashes):
+        if not all((root / path).is_file() for path, d in hashes.items() if d != ABSENT):
             problems.append(f"{root}: files missing")
             continue
         files = read_files(root, hashes)

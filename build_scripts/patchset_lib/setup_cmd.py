@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .apt import dpkg_versions, install_apt_packages, missing_apt_packages
-from .common import PatchsetError, Project, Runner, add_command, base_pin, read_base_hashes, sha256_file
+from .common import ABSENT, PatchsetError, Project, Runner, add_command, base_pin, read_base_hashes, sha256_file
 from .project_venv import ensure_venv
 from .pyfind import find_python
 from .source import check_pristine, ensure_source
@@ -62,6 +62,10 @@ def check_system_torch(project: Project, runner: Runner) -> Optional[str]:
         if not path.startswith("torch/"):
             continue  # test/ files exist only in the source checkout
         installed = torch_dir / path[len("torch/"):]
+        if digest == ABSENT:
+            if installed.exists():
+                return f"{installed} exists, but patches/base.sha256 says the base has none"
+            continue
         if not installed.is_file():
             return f"{installed} is missing"
         if sha256_file(installed) != digest:

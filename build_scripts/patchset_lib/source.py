@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .common import PatchsetError, Project, Runner, base_pin, read_base_hashes, sha256_file
+from .common import ABSENT, PatchsetError, Project, Runner, base_pin, file_digest, read_base_hashes, sha256_file
 
 SYSTEM_SOURCE_LIST = Path("/etc/apt/sources.list")
 SYSTEM_SOURCE_PARTS = Path("/etc/apt/sources.list.d")
@@ -206,9 +206,9 @@ def check_pristine(project: Project) -> Optional[str]:
     """None when every base file is in .cache/pristine with its pinned hash."""
     for path, digest in sorted(read_base_hashes(project).items()):
         copy = project.pristine / path
-        if not copy.is_file():
+        if digest != ABSENT and not copy.is_file():
             return f"pristine copy of {path} is missing"
-        if sha256_file(copy) != digest:
+        if file_digest(copy) != digest:
             return f"pristine copy {copy} does not match patches/base.sha256"
     return None
 
@@ -228,6 +228,10 @@ def ensure_pristine(project: Project, runner: Runner) -> None:
 
 
 def _copy_if_hash(src: Path, dst: Path, digest: str) -> bool:
+    if digest == ABSENT:  # a file the series creates
+        if dst.is_file():
+            dst.unlink()
+        return True
     if dst.is_file() and sha256_file(dst) == digest:
         return True
     if not src.is_file() or sha256_file(src) != digest:

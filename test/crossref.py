@@ -13,12 +13,17 @@ FakeTensorMode(allow_fallback_kernels=True).  Each (op, variant, sample) is clas
   clear error      the fake raises a NotImplementedError or a FakeTensor exception
   crash            the fake raises anything else, or the worker process dies
   skipped          the real run raises, or the inputs cannot be faked
+and marked when it reached the fallback kernel, and when the fake inputs already differed from
+the real ones before the op ran (a conversion difference, not the op's).
 The "symbolic" variant runs the functional form on inputs that are views (each tensor input
 replaced by an as_strided view of itself with its own layout), converted with a ShapeEnv and
 run under the python dispatcher, as make_fx(..., tracing_mode="symbolic") does (fallback kernels
 off, as there); symbolic sizes are compared by their values.
-and marked when it reached the fallback kernel, and when the fake inputs already differed from
-the real ones before the op ran (a conversion difference, not the op's).  Unpatched (PATCHSET_OVERLAY=0) and patched
+The "backward" variant (--backward, not in the default selection) takes the samples of ops that
+support autograd with requires_grad=True and compares `autograd.grad` of every output that
+requires grad (ones as grad_outputs) real vs fake: each gradient's dtype, shape, stride, offset,
+view-ness and aliasing among the inputs and the other gradients; the fallback is marked per phase
+(forward, backward).  Unpatched (PATCHSET_OVERLAY=0) and patched
 (PATCHSET_OVERLAY=1) run as two workers of the same interpreter; the summary puts them side by
 side and lists every silent mismatch.  Exit status 1 when the patched side has a silent
 mismatch the unpatched side does not (with --fail-on-mismatch: any patched silent mismatch).
@@ -34,7 +39,9 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 CLASSES = ("same", "silent mismatch", "clear error", "crash", "skipped")
-VARIANTS = ("functional", "inplace", "out", "symbolic")
+FORWARD_VARIANTS = ("functional", "inplace", "out", "symbolic")
+BACKWARD = "backward"
+VARIANTS = FORWARD_VARIANTS + (BACKWARD,)
 QUICK_SAMPLES = 2
 Record = Dict[str, Any]
 
@@ -59,10 +66,10 @@ def select_ops(op_db: Sequence[Any], names: Optional[List[str]], expr: Optional[
     return chosen
 
 
-def pick_dtype(op: Any) -> Any:
+def pick_dtype(op: Any, variant: str = "functional") -> Any:
     import torch
 
-    dtypes = op.supported_dtypes("cpu")
+    dtypes = op.supported_backward_dtypes("cpu") if variant == BACKWARD else op.supported_dtypes("cpu")
     if torch.float32 in dtypes:
         return torch.float32
     return sorted(dtypes, key=str)[0] if dtypes else None
@@ -90,8 +97,9 @@ def as_view(t: Any) -> Any:
     return t
 
 
-def describe(t: Any, inputs: Sequence[Any]) -> Any:
-    """The metadata compared between real and fake, aliasing relative to the inputs."""
+def describe(t: Any, inputs: Sequence[Any], names: Optional[Sequence[str]] = None) -> Any:
+    """The metadata compared between real and fake, aliasing relative to the inputs (named
+    `input <index>` unless `names` says otherwise)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -100,11 +108,12 @@ def describe(t: Any, inputs: Sequence[Any]) -> Any:
         return [str(t.layout), str(t.dtype), concrete(list(t.shape)), t.device.type]
     alias = "fresh"
     for index, inp in enumerate(inputs):
+        name = names[index] if names is not None else f"input {index}"
         if t is inp:
-            alias = f"is input {index}"
+            alias = f"is {name}"
             break
         if inp.layout == torch.strided and torch._C._storage_id(t) == torch._C._storage_id(inp):
-            alias = f"shares storage of input {index}"
+            alias = f"shares storage of {name}"
             break
     return [str(t.dtype), concrete(list(t.shape)), concrete(list(t.stride())),
             concrete(t.storage_offset()), t.device.type, t._is_view(), alias]
@@ -136,14 +145,111 @@ def empty_outs(result: Any) -> Any:
     return None
 
 
-def variants_of(op: Any) -> List[str]:
+def variants_of(op: Any, wanted: Sequence[str] = FORWARD_VARIANTS) -> List[str]:
     found = ["functional"]
     if op.inplace_variant is not None:
         found.append("inplace")
     if op.supports_out:
         found.append("out")
     found.append("symbolic")
+    if op.supports_autograd:
+        found.append(BACKWARD)
+    return [variant for variant in found if variant in wanted]
+
+
+# --------------------------------------------------------------------------------------------
+# Backward: gradients of a sample's outputs with respect to its inputs, real and fake.
+
+
+class NotDifferentiable(Exception):
+    """The sample has no output or no input autograd can connect: nothing to compare."""
+
+
+def differentiable(tensors: Sequence[Any]) -> List[Any]:
+    """Tensors that require grad, each once (a sample may pass the same tensor twice)."""
+    seen, found = set(), []
+    for t in tensors:
+        if t.requires_grad and id(t) not in seen:
+            seen.add(id(t))
+            found.append(t)
     return found
+
+
+def check_differentiable(outputs: Sequence[Any], inputs: Sequence[Any]) -> None:
+    if not inputs:
+        raise NotDifferentiable("no input requires grad")
+    if not outputs:
+        raise NotDifferentiable("no output requires grad")
+
+
+def sample_grads(op: Any, sample: Any, fallback: "FallbackLog", marks: Dict[str, int]) -> Tuple[List[Any], List[Any]]:
+    """(inputs that require grad, their gradients) of `autograd.grad` of every output that
+    requires grad, with ones as grad_outputs; `marks` gets the fallback count after the forward."""
+    import torch
+
+    inputs = differentiable(flat_tensors((sample.input, sample.args, sample.kwargs)))
+    outputs = differentiable(flat_tensors(op(sample.input, *sample.args, **sample.kwargs)))
+    marks["forward"] = len(fallback)
+    check_differentiable(outputs, inputs)
+    grads = torch.autograd.grad(outputs, inputs, [torch.ones_like(o) for o in outputs], allow_unused=True)
+    return inputs, list(grads)
+
+
+def describe_grads(grads: Sequence[Any], inputs: Sequence[Any]) -> List[Any]:
+    """Each gradient's metadata, aliasing relative to the inputs and the gradients before it."""
+    rows: List[Any] = []
+    for index, grad in enumerate(grads):
+        if grad is None:
+            rows.append(["no grad"])
+            continue
+        earlier = [(f"grad {j}", g) for j, g in enumerate(grads[:index]) if g is not None]
+        pool = list(inputs) + [g for _, g in earlier]
+        names = [f"input {j}" for j in range(len(inputs))] + [name for name, _ in earlier]
+        rows.append(describe(grad, pool, names))
+    return rows
+
+
+def run_backward_case(op: Any, sample_index: int, sample: Any, fallback: "FallbackLog") -> Record:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    record: Record = {"op": op_key(op), "variant": BACKWARD, "sample": sample_index,
+                      "fallback": False, "fallback_forward": False, "fallback_backward": False,
+                      "detail": ""}
+    try:
+        mode = FakeTensorMode(allow_fallback_kernels=True)
+        fake_sample = sample.transform(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t)
+        real_inputs, real_grads = sample_grads(op, sample, fallback, {})
+        fake_inputs = differentiable(flat_tensors((fake_sample.input, fake_sample.args, fake_sample.kwargs)))
+        record["conversion"] = [describe(t, real_inputs) for t in real_inputs] != \
+            [describe(t, fake_inputs) for t in fake_inputs]
+    except Exception as error:  # the real run or the conversion: nothing to compare
+        return {**record, "class": "skipped", "detail": f"{type(error).__name__}: {error}"[:200]}
+    marks = {"start": len(fallback)}
+    try:
+        with mode:
+            _, fake_grads = sample_grads(op, fake_sample, fallback, marks)
+    except Exception as error:
+        kind = "clear error" if is_clear_error(error) else "crash"
+        return {**record, "class": kind, **fallback_marks(fallback, marks),
+                "detail": f"{type(error).__name__}: {str(error).splitlines()[-1] if str(error) else ''}"[:300]}
+    record.update(fallback_marks(fallback, marks))
+    want, got = describe_grads(real_grads, real_inputs), describe_grads(fake_grads, fake_inputs)
+    if want == got:
+        return {**record, "class": "same"}
+    diffs = [f"grad {i}: real {w} fake {g}" for i, (w, g) in enumerate(zip(want, got)) if w != g]
+    if len(want) != len(got):
+        diffs.append(f"{len(want)} grads real, {len(got)} fake")
+    return {**record, "class": "silent mismatch", "detail": "; ".join(diffs)[:600]}
+
+
+def fallback_marks(fallback: "FallbackLog", marks: Dict[str, int]) -> Record:
+    """Which phase reached run_fallback_kernel: the forward, the backward (after the forward's
+    mark; a forward that raised has no mark and counts whole), and the overloads."""
+    start, end = marks["start"], len(fallback)
+    forward_end = marks.get("forward", end)
+    return {"fallback": end > start, "fallback_forward": forward_end > start,
+            "fallback_backward": end > forward_end, "fallback_ops": fallback.since(start)}
 
 
 def is_clear_error(error: BaseException) -> bool:
@@ -157,7 +263,7 @@ def is_clear_error(error: BaseException) -> bool:
     ))
 
 
-def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: List[int]) -> Record:
+def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: "FallbackLog") -> Record:
     import contextlib
 
     import torch
@@ -196,15 +302,17 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: Li
         real = call_variant(op, variant, sample, outs)
     except Exception as error:  # the real run or the conversion: nothing to compare
         return {**record, "class": "skipped", "detail": f"{type(error).__name__}: {error}"[:200]}
-    before = fallback[0]
+    before = len(fallback)
     try:
         with mode, dispatcher:
             fake = call_variant(op, variant, fake_sample, fake_outs)
     except Exception as error:
         kind = "clear error" if is_clear_error(error) else "crash"
-        return {**record, "class": kind, "fallback": fallback[0] > before,
+        return {**record, "class": kind, "fallback": len(fallback) > before,
+                "fallback_ops": fallback.since(before),
                 "detail": f"{type(error).__name__}: {str(error).splitlines()[-1] if str(error) else ''}"[:300]}
-    record["fallback"] = fallback[0] > before
+    record["fallback"] = len(fallback) > before
+    record["fallback_ops"] = fallback.since(before)
     want = [describe(t, real_inputs) for t in flat_tensors(real)] + \
         [describe(t, real_inputs) for t in real_inputs]
     got = [describe(t, fake_inputs) for t in flat_tensors(fake)] + \
@@ -219,16 +327,23 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: Li
     return {**record, "class": "silent mismatch", "detail": "; ".join(diffs)[:600]}
 
 
-def count_fallbacks() -> List[int]:
-    """Count calls of run_fallback_kernel (the mode looks it up in the module at each call)."""
+class FallbackLog(list):
+    """The ops that reached run_fallback_kernel, in call order (len() is the call count)."""
+
+    def since(self, start: int) -> List[str]:
+        return sorted(set(self[start:]))
+
+
+def count_fallbacks() -> FallbackLog:
+    """Record calls of run_fallback_kernel (the mode looks it up in the module at each call)."""
     import torch._subclasses.fake_tensor as fake_tensor
 
-    counter = [0]
+    counter = FallbackLog()
     original = fake_tensor.run_fallback_kernel
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        counter[0] += 1
-        return original(*args, **kwargs)
+    def counting(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.append(str(func))
+        return original(fake_mode, func, *args, **kwargs)
 
     fake_tensor.run_fallback_kernel = counting
     return counter
@@ -253,18 +368,22 @@ def worker(args: argparse.Namespace) -> int:
     for number, op in enumerate(ops, start=args.skip + 1):
         print(json.dumps({"start": op_key(op)}), flush=True)
         print(f"[{args.label} {number}/{args.skip + len(ops)}] {op_key(op)}", file=sys.stderr, flush=True)
-        dtype = pick_dtype(op)
-        if dtype is None:
-            continue
-        for variant in variants_of(op):
+        for variant in variants_of(op, args.variants):
+            dtype = pick_dtype(op, variant)
+            if dtype is None:
+                continue
             # fresh samples per variant: in-place and out= runs change them
             torch.manual_seed(0)
             try:
-                samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+                samples = list(op.sample_inputs("cpu", dtype, requires_grad=variant == BACKWARD))
             except Exception:
-                break
+                continue
             for index, sample in enumerate(samples[:QUICK_SAMPLES] if args.quick else samples):
-                print(json.dumps(run_case(op, variant, index, sample, fallback)), flush=True)
+                if variant == BACKWARD:
+                    record = run_backward_case(op, index, sample, fallback)
+                else:
+                    record = run_case(op, variant, index, sample, fallback)
+                print(json.dumps(record), flush=True)
     return 0
 
 
@@ -291,6 +410,7 @@ def worker_argv(args: argparse.Namespace, label: str, skip: int, side: Side) -> 
         argv += ["-k", args.k]
     if args.quick:
         argv.append("--quick")
+    argv += ["--variants", ",".join(args.variants)]
     return argv
 
 
@@ -344,6 +464,21 @@ def print_summary(sides: Dict[str, List[Record]]) -> None:
             if row is not None:
                 cells = [str(row[c]) for c in CLASSES] + [str(row["fallback"])]
                 print(f"| {variant} | {label} | " + " | ".join(cells) + " |")
+    for label, records in sides.items():
+        phases = backward_fallback_phases(records)
+        if phases is not None:
+            print(f"\n{BACKWARD} records via fallback, {label}: in the forward {phases[0]}, "
+                  f"in the backward {phases[1]}")
+
+
+def backward_fallback_phases(records: List[Record]) -> Optional[Tuple[int, int]]:
+    """(records whose forward, records whose backward reached the fallback); None without
+    backward records."""
+    backward = [r for r in records if r["variant"] == BACKWARD]
+    if not backward:
+        return None
+    return (sum(bool(r.get("fallback_forward")) for r in backward),
+            sum(bool(r.get("fallback_backward")) for r in backward))
 
 
 def mismatch_keys(records: List[Record]) -> Dict[Tuple[str, str, int], Record]:
@@ -381,11 +516,29 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--json", help="also write all records to this file")
     parser.add_argument("--sides", help="JSON file: for 'unpatched' and 'patched', the python, env and "
                         "preload module of its workers (default: this interpreter, PATCHSET_OVERLAY=0/1)")
+    parser.add_argument("--variants", type=variant_list, default=FORWARD_VARIANTS,
+                        help=f"comma-separated, of {', '.join(VARIANTS)} (default: {','.join(FORWARD_VARIANTS)})")
+    parser.add_argument("--backward", action="store_true",
+                        help=f"the {BACKWARD} variant only (same as --variants {BACKWARD}): autograd.grad of "
+                        "each sample's outputs, real vs fake, every gradient compared")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--preload", help=argparse.SUPPRESS)
     parser.add_argument("--label", default="", help=argparse.SUPPRESS)
     parser.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.backward:
+        args.variants = (BACKWARD,)
+    return args
+
+
+def variant_list(text: str) -> Tuple[str, ...]:
+    """argparse type of --variants: known names, in VARIANTS order, at least one."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(VARIANTS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown variant(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(VARIANTS)}")
+    return tuple(name for name in VARIANTS if name in names)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

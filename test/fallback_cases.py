@@ -24,9 +24,9 @@ CASES = [
     ("strided_input_view", "narrow view of a non-contiguous, offset fake"),
     ("not_a_view", "returns a storage-sharing non-view reading past its input (real: the storage grows)"),
     ("view_base", "narrow view: autograd view of the input fake?"),
-    ("kthvalue_out", "torch.kthvalue(x (5, 6), 2, 1, out=(v, i)), v and i empty"),
-    ("take_out", "torch.take(x, 3 indices, out=o), o empty"),
-    ("multinomial", "torch.multinomial(torch.rand(3, 5), 2)"),
+    ("min_out", "kernel torch.min(x (5, 6), 1, out=(v, i)), v and i empty"),
+    ("column_out", "kernel writes x[:, 0] of x (4, 3) into out=o, o empty"),
+    ("normalized", "kernel x / x.sum(), raising when the sum is 0 (zero-filled stand-ins are)"),
     ("raw_strided", "kernel x.as_strided((2, 2), (1, 2), 1) on x = base[1:, 1:3] (real: offset 1)"),
     ("aliased_inputs", "kernel sees its two inputs x, x[1:] alias"),
     ("known_output", "kernel returns a global the mode converted before"),
@@ -57,6 +57,14 @@ def run_cases() -> dict:
         ),
     }
     known = torch.randn(3, 2)
+
+    def normalized(x):
+        # fails on the values: zero-filled stand-ins are an invalid input
+        total = x.sum()
+        if total == 0:
+            raise RuntimeError("normalized: the values sum to zero")
+        return x / total
+
     kernels.update({
         "raw_strided": ("raw_strided(Tensor(a) x) -> Tensor(a)",
                         lambda x: x.as_strided((2, 2), (1, 2), 1)),
@@ -65,6 +73,11 @@ def run_cases() -> dict:
         "known_output": ("known_output(Tensor x) -> Tensor", lambda x: known),
         "as_real": ("as_real(Tensor(a) x) -> Tensor(a)", lambda x: torch.view_as_real(x)),
         "positives": ("positives(Tensor x) -> int", lambda x: int((x > 0).sum())),
+        "min_out": ("min_out(Tensor x, *, Tensor(a!) values, Tensor(b!) indices) -> (Tensor(a!), Tensor(b!))",
+                    lambda x, values, indices: torch.min(x, 1, out=(values, indices))),
+        "column_out": ("column_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
+                       lambda x, out: out.resize_(x.size(0)).copy_(x[:, 0])),
+        "normalized": ("normalized(Tensor x) -> Tensor", normalized),
     })
     for name, (schema, kernel) in kernels.items():
         lib.define(schema)
@@ -125,21 +138,21 @@ def case_dtype_view_version(torch, mode, ops, x, known):
     return f"{shared}, _base {'x' if out._base is x else out._base}"
 
 
-def case_kthvalue_out(torch, mode, ops, x, known):
+def case_min_out(torch, mode, ops, x, known):
     v, i = torch.empty(0), torch.empty(0, dtype=torch.long)
-    torch.kthvalue(torch.empty(5, 6), 2, 1, out=(v, i))
+    ops.min_out(torch.empty(5, 6), values=v, indices=i)
     return f"v {tuple(v.shape)}, i {tuple(i.shape)} (real (5,), (5,))"
 
 
-def case_take_out(torch, mode, ops, x, known):
+def case_column_out(torch, mode, ops, x, known):
     o = torch.empty(0)
-    torch.take(x, torch.tensor([0, 1, 2]), out=o)
-    return f"o {tuple(o.shape)} (real (3,))"
+    ops.column_out(x, out=o)
+    return f"o {tuple(o.shape)} (real (4,))"
 
 
-def case_multinomial(torch, mode, ops, x, known):
+def case_normalized(torch, mode, ops, x, known):
     try:
-        torch.multinomial(torch.rand(3, 5), 2)
+        ops.normalized(torch.rand(3, 5))
     except Exception as exc:
         says = "names zero-filled stand-ins" if "zero-filled stand-ins" in str(exc) else "bare"
         cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "none"
@@ -187,8 +200,8 @@ def case_is_set_to(torch, mode, ops, x, known):
 
 SPECIAL = {
     "item": case_item, "is_set_to": case_is_set_to,
-    "view_base": case_view_base, "dtype_view_version": case_dtype_view_version, "kthvalue_out": case_kthvalue_out, "take_out": case_take_out,
-    "multinomial": case_multinomial, "raw_strided": case_raw_strided,
+    "view_base": case_view_base, "dtype_view_version": case_dtype_view_version, "min_out": case_min_out, "column_out": case_column_out,
+    "normalized": case_normalized, "raw_strided": case_raw_strided,
     "aliased_inputs": case_aliased_inputs, "known_output": case_known_output,
     "complex_view": case_complex_view,
 }

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import pytest
 
@@ -54,13 +54,13 @@ def snapshot(root: Path) -> Dict[str, str]:
     return found
 
 
-def make_project(root: Path) -> Project:
+def make_project(root: Path, overlaid: Tuple[str, ...] = OVERLAID) -> Project:
     """A project copy: patches/, the tool's own files, and a throwaway overlay of marked copies."""
     shutil.copytree(REPO / "patches", root / "patches")
     shutil.copytree(REPO / "build_scripts", root / "build_scripts",
                     ignore=shutil.ignore_patterns("__pycache__"))
     lines = []
-    for path in OVERLAID:
+    for path in overlaid:
         base = (SYSTEM_TORCH.parent / path).read_bytes()
         target = root / "torch_overlay" / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -149,6 +149,24 @@ def test_project_venv_install_loads_overlay_and_writes_only_two_files(project: P
         (project.overlay / "torch/_subclasses/fake_tensor.py").resolve())
     assert loaded_file(project.venv_python, overlay_on=False) == str(SYSTEM_SUBCLASSES / "fake_tensor.py")
     assert snapshot(SYSTEM_SUBCLASSES) == system_before
+
+
+def test_hook_overlays_a_package_and_keeps_its_other_submodules_installed(tmp_path: Path, runner: Runner) -> None:
+    project = make_project(tmp_path / "repo", OVERLAID + ("torch/_refs/__init__.py",))
+    make_venv(project.venv, system_site_packages=True)
+    overlay_hook.install_project_venv(project, runner)
+    script = ("import torch._refs as r, torch._refs.nn.functional as f\n"
+              "print(r.__file__); print(f.__file__); print(getattr(r, 'PATCHSET_TEST_OVERLAY', False))")
+    seen = {}
+    for overlay in ("1", "0"):
+        env = dict(os.environ, PATCHSET_OVERLAY=overlay, PYTHONDONTWRITEBYTECODE="1")
+        proc = subprocess.run([str(project.venv_python), "-c", script], env=env, capture_output=True,
+                              text=True, cwd="/")
+        assert proc.returncode == 0, proc.stderr
+        seen[overlay] = proc.stdout.split()
+    functional = str(SYSTEM_TORCH / "_refs" / "nn" / "functional" / "__init__.py")
+    assert seen["1"] == [str((project.overlay / "torch/_refs/__init__.py").resolve()), functional, "True"]
+    assert seen["0"] == [str(SYSTEM_TORCH / "_refs" / "__init__.py"), functional, "False"]
 
 
 def test_project_venv_install_twice_is_noop_and_uninstall_restores(
@@ -310,6 +328,8 @@ def test_manifest_parsing_matches_overlay_format() -> None:
     entries = overlay.parse_manifest(f"torch/_subclasses/fake_tensor.py {a} {b}\n\n")
     assert entries == [overlay.ManifestEntry("torch/_subclasses/fake_tensor.py", a, b)]
     assert entries[0].module == "torch._subclasses.fake_tensor"
-    for bad in (f"{a}  torch/x.py\n", f"torch/_subclasses/__init__.py {a} {b}\n", f"test/test_x.py {a} {b}\n", ""):
+    package = overlay.parse_manifest(f"torch/_refs/__init__.py {a} {b}\n")
+    assert package[0].module == "torch._refs"
+    for bad in (f"{a}  torch/x.py\n", f"torch/__init__.py {a} {b}\n", f"test/test_x.py {a} {b}\n", ""):
         with pytest.raises(PatchsetError):
             overlay.parse_manifest(bad)

@@ -4,6 +4,7 @@ end-to-end run on a synthetic checkout with a throwaway project venv and overlay
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 import sysconfig
@@ -146,7 +147,8 @@ def test_parse_selection() -> None:
     assert selection.target() == "test_fake_tensor.py::FakeTensorTest"
     assert ut.DEFAULT_SELECTIONS[1].label == (
         "test/test_meta.py -k 'TestMetaConverter or TestMetaKernelsMatchCPU'")
-    assert ut.DEFAULT_SELECTIONS[2].label == "test/test_proxy_tensor.py -k 'not TestProxyTensorOpInfo'"
+    assert ut.DEFAULT_SELECTIONS[2].label == f"test/test_ops.py -k {shlex.quote(ut.FAKE_OPS_KEYWORD)}"
+    assert ut.DEFAULT_SELECTIONS[3].label == "test/test_proxy_tensor.py -k 'not TestProxyTensorOpInfo'"
 
 
 # --- end to end on a synthetic checkout ---------------------------------------------------------

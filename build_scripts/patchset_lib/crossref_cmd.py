@@ -19,6 +19,10 @@ from .overlay import check_overlay_files, read_manifest
 from .source import ensure_pristine
 
 CROSSREF_SCRIPT = "crossref.py"
+# the script's variant names (test/crossref.py VARIANTS); checked here so a typo fails before
+# any worker starts
+VARIANTS = ("functional", "inplace", "out", "symbolic", "backward")
+FORWARD_VARIANTS = VARIANTS[:4]
 
 
 def crossref_script(project: Project) -> Path:
@@ -37,7 +41,21 @@ def forwarded_args(args: argparse.Namespace) -> List[str]:
         argv.append("--fail-on-mismatch")
     if args.json:
         argv += ["--json", str(Path(args.json).resolve())]
+    if args.backward:
+        argv.append("--backward")
+    elif args.variants:
+        argv += ["--variants", ",".join(args.variants)]
     return argv
+
+
+def variant_list(text: str) -> List[str]:
+    """argparse type of --variants: known names, at least one."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown variant(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(VARIANTS)}")
+    return names
 
 
 def installed_side_specs(project: Project, runner: Runner, python: Path, workdir: Path) -> Dict[str, Dict]:
@@ -88,6 +106,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fail-on-mismatch", action="store_true",
                         help="exit 1 on any patched silent mismatch, not only new ones")
     parser.add_argument("--json", help="also write every record to this file")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--variants", type=variant_list, metavar="A,B",
+                        help=f"which variants, of {', '.join(VARIANTS)} (default: {','.join(FORWARD_VARIANTS)})")
+    which.add_argument("--backward", action="store_true",
+                        help="the backward variant only: for each sample that supports autograd, "
+                        "autograd.grad of its outputs for real and under FakeTensorMode, every "
+                        "gradient's dtype, shape, stride, offset and aliasing compared; marks whether "
+                        "the forward or the backward reached the fallback")
     parser.add_argument("--python", metavar="PATH",
                         help="a venv patched by `install --python` (e.g. .venv-pip/bin/python): its "
                         "workers run patched as installed and unpatched on the pristine base files")

@@ -27,7 +27,11 @@ class ManifestEntry:
 
     @property
     def module(self) -> str:
-        return self.path[: -len(".py")].replace("/", ".")
+        """Dotted name; a package's `__init__.py` stands for the package."""
+        stem = self.path[: -len(".py")]
+        if stem.endswith("/__init__"):
+            stem = stem[: -len("/__init__")]
+        return stem.replace("/", ".")
 
 
 def overlay_files(result: Mapping[str, bytes], base: Mapping[str, str]) -> Dict[str, bytes]:
@@ -127,7 +131,7 @@ def parse_manifest(text: str, where: str = "MANIFEST") -> List[ManifestEntry]:
                 or not _is_sha256(tokens[2]):
             raise PatchsetError(f"{where}:{number}: expected `<path> <base sha256> <result sha256>`")
         path = tokens[0]
-        if not (path.startswith("torch/") and path.endswith(".py")) or path.endswith("/__init__.py"):
+        if not (path.startswith("torch/") and path.endswith(".py")) or path == "torch/__init__.py":
             raise PatchsetError(f"{where}:{number}: {path} is not a torch/ module the hook can overlay")
         entries.append(ManifestEntry(path, tokens[1], tokens[2]))
     if not entries:

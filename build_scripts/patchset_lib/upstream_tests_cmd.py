@@ -58,10 +58,13 @@ class Selection:
         return self.path[len("test/"):]
 
 
+FAKE_OPS_KEYWORD = "TestFakeTensor and (aminmax or pixel_shuffle or pixel_unshuffle or addbmm or var_mean or batch_norm)"
 DEFAULT_SELECTIONS: Tuple[Selection, ...] = (
     Selection("test/test_fake_tensor.py"),
     # the meta converter's tests and the series' own meta-kernel-vs-CPU tests
     Selection("test/test_meta.py", ("-k", "TestMetaConverter or TestMetaKernelsMatchCPU")),
+    # the fake tests of the ops whose Meta kernels the series changes (all of them: -k fake)
+    Selection("test/test_ops.py", ("-k", FAKE_OPS_KEYWORD)),
     # make_fx over every OpInfo (1,806 tests) takes most of an hour per side on 2 cores: run it
     # with `--files test/test_proxy_tensor.py`.
     Selection("test/test_proxy_tensor.py", ("-k", "not TestProxyTensorOpInfo")),
@@ -272,8 +275,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--files", nargs="+", metavar="FILE",
         help="test files relative to the checkout, optionally with ::node suffixes "
-        "(default: test/test_fake_tensor.py, test/test_meta.py -k TestMetaConverter and "
-        "test/test_proxy_tensor.py -k 'not TestProxyTensorOpInfo')",
+        "(default: " + ", ".join(s.label for s in DEFAULT_SELECTIONS) + ")",
     )
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k expression for --files")
     parser.add_argument(

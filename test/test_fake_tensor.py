@@ -1296,32 +1296,35 @@ class WeakMemoConstantTest(TestCase):
         self.assertEqual(len(mode.fake_tensor_converter.constant_storage_mapping), len(live))
 
 
-class WeakIdKeyMemoEntryTest(TestCase):
-    def test_set_replaces_live_entry_and_key_death_drops_it(self):
-        from torch._subclasses.meta_utils import WeakIdKeyMemo
+class WeakIdKeyDictionaryTest(TestCase):
+    @parametrize("weak_values", [False, True])
+    def test_set_replaces_live_entry_and_key_death_drops_it(self, weak_values):
+        from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
 
-        for weak_values in (False, True):
-            memo = WeakIdKeyMemo(weak_values=weak_values)
-            x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
-            memo[x] = a
-            memo[x] = b
-            self.assertIs(memo.get(x), b)
-            self.assertEqual(len(memo), 1)
-            self.assertEqual(weakref.getweakrefcount(x), 1)
-            del x
-            self.assertEqual(len(memo), 0)
-            self.assertEqual(memo.deaths, 1)
+        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+        x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
+        memo[x] = a
+        memo[x] = b
+        self.assertIs(memo.get(x), b)
+        self.assertEqual(len(memo), 1)
+        self.assertEqual(weakref.getweakrefcount(x), 1)
+        del x
+        self.assertEqual(len(memo), 0)
+        self.assertEqual(memo.deaths, 1)
 
     def test_weak_value_death_drops_entry(self):
-        from torch._subclasses.meta_utils import WeakIdKeyMemo
+        from torch.utils.weak import WeakIdKeyWeakValueDictionary
 
-        memo = WeakIdKeyMemo(weak_values=True)
+        memo = WeakIdKeyWeakValueDictionary()
         x, v = torch.randn(2), torch.randn(1)
         self.assertIs(memo.setdefault(x, v), v)
         del v
         self.assertEqual(len(memo), 0)
         self.assertIsNone(memo.get(x))
         self.assertEqual(memo.deaths, 1)
+
+
+instantiate_parametrized_tests(WeakIdKeyDictionaryTest)
 
 
 class _PatchsetRecordingMode(TorchFunctionMode):
@@ -1553,34 +1556,28 @@ class ConversionFieldsTest(TestCase):
                 self.assertIs(out._base, converted(real._base))
                 self._check_fields(out._base, real._base, converted, expect_device)
 
-    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
     @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
-    def test_meta_matches_real(self, case, fast_path):
+    def test_meta_matches_real(self, case):
         tensors = _patchset_case(case)
         mc = MetaConverter()
-        mc.fast_path = fast_path
         outs = [mc(t) for t in tensors]
         self.assertTrue(outs[-1].is_meta)
         # converted(t) is a memo hit: bases are compared by identity
         self._check_fields(outs[-1], tensors[-1], mc, lambda t: torch.device("meta"))
 
-    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
     @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
-    def test_fake_matches_real(self, case, fast_path):
+    def test_fake_matches_real(self, case):
         # is_leaf, _is_view() and _base too: FakeTensor wrapping detaches (1.13.1), so fakes of
         # views and non-leaves are made through autograd from the fake of the base or leaf
         tensors = _patchset_case(case)
         mode = FakeTensorMode()
-        mode.fake_tensor_converter.meta_converter.fast_path = fast_path
         outs = [mode.from_tensor(t) for t in tensors]
         self.assertIsInstance(outs[-1], FakeTensor)
         self._check_fields(outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device)
 
-    @parametrize("fast_path", [True, False], name_fn=lambda f: "fast" if f else "general")
-    def test_autograd_grad_through_meta_of_channels_last_non_leaf(self, fast_path):
+    def test_autograd_grad_through_meta_of_channels_last_non_leaf(self):
         y = _patchset_channels_last_non_leaf()
         mc = MetaConverter()
-        mc.fast_path = fast_path
         m = mc(y)
         (grad,) = torch.autograd.grad(m.sum(), m)
         self.assertEqual(grad.shape, y.shape)
@@ -1595,19 +1592,7 @@ class ConversionFieldsTest(TestCase):
             mz.add_(1)
         self.assertEqual(mx._version, 1)
 
-    def test_fast_path_converts_dense_leaf_without_general_path(self):
-        calls = []
-        mc = MetaConverter()
-        general = mc._convert
-        mc._convert = lambda *args: calls.append(args) or general(*args)
-        x = torch.randn(3, 4)
-        mc(x)
-        self.assertEqual(calls, [])
-        mc.fast_path = False
-        mc(torch.randn(3, 4))
-        self.assertEqual(len(calls), 1)
-
-    def test_fast_path_leaf_shares_storage_with_later_view(self):
+    def test_leaf_shares_storage_with_later_view(self):
         x = torch.randn(4, 3)
         mc = MetaConverter()
         mx, mv = mc(x), mc(x[1:])
@@ -1636,96 +1621,55 @@ def _patchset_dense_leaf_cases():
     return [x, p, torch.randn(2, requires_grad=True), on_x, x[1:], x.t().contiguous().t(), x]
 
 
-class DenseLeafFastPathTest(TestCase):
-    """FakeTensorConverter's fast path for dense leaves against its general path (the same
-    switch as MetaConverter's: meta_converter.fast_path)."""
-
-    def _convert(self, fast_path, tensors):
+class DenseLeafConversionTest(TestCase):
+    def _convert(self, tensors):
         mode = FakeTensorMode()
-        mode.fake_tensor_converter.meta_converter.fast_path = fast_path
         return mode, [mode.from_tensor(t) for t in tensors]
 
-    def test_fake_of_dense_leaf_made_without_meta_or_input(self):
-        mode = FakeTensorMode()
-        mc = mode.fake_tensor_converter.meta_converter
-        calls = []
-        general = mc.meta_or_input
-        mc.meta_or_input = lambda *args, **kwargs: calls.append(args) or general(*args, **kwargs)
-        mode.from_tensor(torch.randn(3, 4))
-        mode.from_tensor(torch.nn.Parameter(torch.randn(3)))
-        self.assertEqual(calls, [])
-        mc.fast_path = False
-        mode.from_tensor(torch.randn(3, 4))
-        self.assertEqual(len(calls), 1)
-
-    def test_fast_path_leaves_converter_state_of_general_path(self):
-        def state(fast_path):
-            tensors = _patchset_dense_leaf_cases()
-            mode, fakes = self._convert(fast_path, tensors)
-            conv = mode.fake_tensor_converter
-            mc = conv.meta_converter
-            sids = [torch._C._storage_id(f) for f in fakes]
-            return {
-                "counters": (mc.hit, mc.miss, mc.arg_cnt),
-                "memo sizes": (len(conv.tensor_memo), len(mc.tensor_memo), len(mc.storage_memo)),
-                "storage shared with the first fake": [s == sids[0] for s in sids],
-                "hit is the first fake": fakes[-1] is fakes[0],
-                "parameters": [isinstance(f, torch.nn.Parameter) for f in fakes],
-            }
-
-        self.assertEqual(state(True), state(False))
-
     def test_dense_leaf_on_converted_storage_shares_it_and_counts_once(self):
-        for fast_path in (True, False):
-            x = torch.randn(4, 3)
-            on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
-            mode, (fx, fon_x) = self._convert(fast_path, [x, on_x])
-            mc = mode.fake_tensor_converter.meta_converter
-            self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fon_x))
-            self.assertIsNot(fx, fon_x)
-            self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
+        x = torch.randn(4, 3)
+        on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
+        mode, (fx, fon_x) = self._convert([x, on_x])
+        mc = mode.fake_tensor_converter.meta_converter
+        self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fon_x))
+        self.assertIsNot(fx, fon_x)
+        self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
 
     def test_conversion_under_its_own_mode_makes_plain_fakes(self):
         # the meta factory and the wrapper must not reach the mode (they would make fakes of
         # fakes, on the meta device)
-        for fast_path in (True, False):
-            mode = FakeTensorMode()
-            mode.fake_tensor_converter.meta_converter.fast_path = fast_path
-            x, p = torch.randn(3), torch.nn.Parameter(torch.randn(2))
-            with mode:
-                fx, fp = mode.from_tensor(x), mode.from_tensor(p)
-            for f in (fx, fp):
-                self.assertIsInstance(f, FakeTensor)
-                self.assertIs(f.fake_mode, mode)
-                self.assertEqual(f.device, torch.device("cpu"))
-            self.assertIsInstance(fp, torch.nn.Parameter)
-            self.assertIs(mode.from_tensor(x), fx)
+        mode = FakeTensorMode()
+        x, p = torch.randn(3), torch.nn.Parameter(torch.randn(2))
+        with mode:
+            fx, fp = mode.from_tensor(x), mode.from_tensor(p)
+        for f in (fx, fp):
+            self.assertIsInstance(f, FakeTensor)
+            self.assertIs(f.fake_mode, mode)
+            self.assertEqual(f.device, torch.device("cpu"))
+        self.assertIsInstance(fp, torch.nn.Parameter)
+        self.assertIs(mode.from_tensor(x), fx)
 
     def test_conversion_invisible_to_torch_dispatch_mode(self):
-        for fast_path in (True, False):
-            mode = FakeTensorMode()
-            mode.fake_tensor_converter.meta_converter.fast_path = fast_path
-            p = torch.nn.Parameter(torch.randn(3))
-            recorder = _PatchsetDispatchRecorder()
-            with recorder:
-                f = mode.from_tensor(p)
-            self.assertEqual(recorder.log, [])
-            self.assertIsInstance(f, FakeTensor)
+        mode = FakeTensorMode()
+        p = torch.nn.Parameter(torch.randn(3))
+        recorder = _PatchsetDispatchRecorder()
+        with recorder:
+            f = mode.from_tensor(p)
+        self.assertEqual(recorder.log, [])
+        self.assertIsInstance(f, FakeTensor)
 
-    def test_fast_path_fake_carries_what_the_constructor_sets(self):
-        # the fast path wraps the meta without FakeTensor.__init__ (its checks are made
-        # already): the fakes must carry the same attributes and dispatch keys either way
-        def described(fast_path):
-            tensors = [torch.randn(3, 4), torch.nn.Parameter(torch.randn(3)),
-                       torch.randn(2, requires_grad=True)]
-            mode, fakes = self._convert(fast_path, tensors)
-            return [
-                (type(f), sorted(f.__dict__), f.fake_device, f.fake_mode is mode, f.constant,
-                 f.requires_grad, f.is_leaf, f.device, repr(torch._C._dispatch_keys(f)))
-                for f in fakes
-            ]
+    @parametrize("requires_grad", [False, True])
+    def test_converted_fake_carries_what_the_constructor_sets(self, requires_grad):
+        # the converter wraps the meta without FakeTensor.__init__ (its checks are made
+        # already): the fake must carry what a constructed one carries
+        def described(f):
+            return (type(f), sorted(f.__dict__), f.fake_device, f.fake_mode is mode, f.constant,
+                    f.requires_grad, f.is_leaf, f.device, repr(torch._C._dispatch_keys(f)))
 
-        self.assertEqual(described(True), described(False))
+        x = torch.randn(3, 4, requires_grad=requires_grad)
+        mode, (fx,) = self._convert([x])
+        meta = torch.empty_strided(x.size(), x.stride(), device="meta", requires_grad=requires_grad)
+        self.assertEqual(described(fx), described(FakeTensor(mode, meta, x.device)))
 
     def test_one_weakref_per_memo_entry(self):
         # a tensor carries one weak reference per converter memo, its fake one (the memo's)
@@ -1738,8 +1682,11 @@ class DenseLeafFastPathTest(TestCase):
         self.assertEqual(weakref.getweakrefcount(x), 2)
 
 
+instantiate_parametrized_tests(DenseLeafConversionTest)
+
+
 class StorageRefKeyTest(TestCase):
-    """storage_memo's keys made by the fast paths stand for StorageWeakRefs of the storage."""
+    """storage_memo's keys made by the converter stand for StorageWeakRefs of the storage."""
 
     def test_key_equals_and_hashes_as_storage_weak_ref(self):
         x = torch.randn(3)
@@ -2606,187 +2553,6 @@ class FallbackKernelLifetimeTest(TestCase):
         self.assertIn("flat_view", str(error))
 
 
-<<<<<<< HEAD
-=======
-# ---------------------------------------------------------------------------------------------
-# Conversions that match the real tensor (issue 9 item 4), invisible memo hits (item 5) and the
-# storage sweep bound when live tensors die (issue 11 item 3).
-
-
-def _patchset_view_of_view_grad():
-    # requires_grad set on an intermediate view: z requires grad through it
-    x = torch.randn(8)
-    y = x.view(2, 4)
-    y.requires_grad = True
-    return x, y.view(2, 2, 2)
-
-
-def _patchset_channels_last_non_leaf():
-    return torch.empty(2, 3, 4, 5, memory_format=torch.channels_last, requires_grad=True) + 2
-
-
-def _patchset_set_with_offset():
-    return torch.empty(0).set_(torch.randn(10).storage(), 2, (2, 3), (1, 2))
-
-
-def _patchset_inference():
-    with torch.inference_mode():
-        return torch.randn(3, 2)
-
-
-def _patchset_inference_view():
-    with torch.inference_mode():
-        x = torch.randn(4, 2)
-        return x, x[1:]
-
-
-def _patchset_parameter_with_grad():
-    p = torch.nn.Parameter(torch.randn(4, 2))
-    p.grad = torch.randn(2, 4).t()
-    return p
-
-
-def _patchset_leaf_view_of_grad_base():
-    x = torch.randn(4, 3, requires_grad=True)
-    with torch.no_grad():
-        return x, x[1:]
-
-
-# name -> () -> tensor, or a tuple (converted in order, compared: the last one)
-_PATCHSET_CASES = {
-    "dense_leaf": lambda: torch.randn(4, 3),
-    "leaf_requires_grad": lambda: torch.randn(4, 3, requires_grad=True),
-    "non_leaf": lambda: torch.randn(4, 3, requires_grad=True) * 2,
-    "parameter": lambda: torch.nn.Parameter(torch.randn(3, 2)),
-    "parameter_without_grad_flag": lambda: torch.nn.Parameter(torch.randn(3), requires_grad=False),
-    "parameter_with_grad": _patchset_parameter_with_grad,
-    "channels_last_leaf": lambda: torch.empty(2, 3, 4, 5, memory_format=torch.channels_last),
-    "channels_last_non_leaf": _patchset_channels_last_non_leaf,
-    "strided_leaf_with_gaps": lambda: torch.empty_strided((2, 3), (4, 1)),
-    "view_of_leaf": lambda: (lambda x: (x, x[1:, 1:]))(torch.randn(4, 3)),
-    "view_of_grad_leaf": lambda: (lambda x: (x, x.t()))(torch.randn(4, 3, requires_grad=True)),
-    "view_of_view_grad_on_intermediate": _patchset_view_of_view_grad,
-    "leaf_view_of_grad_base": _patchset_leaf_view_of_grad_base,
-    "expand_zero_stride": lambda: torch.randn(3, 1).expand(3, 4),
-    "set_with_offset": _patchset_set_with_offset,
-    "empty": lambda: torch.empty(0, 3, dtype=torch.float64),
-    "zero_dim": lambda: torch.zeros((), dtype=torch.int32),
-    "inference": _patchset_inference,
-    "inference_view": _patchset_inference_view,
-    "complex_view_as_real": lambda: (lambda x: (x, torch.view_as_real(x)))(
-        torch.randn(3, dtype=torch.complex64)
-    ),
-    "sparse": lambda: torch.randn(3, 4).to_sparse(),
-}
-
-
-def _patchset_case(name):
-    made = _PATCHSET_CASES[name]()
-    return made if isinstance(made, tuple) else (made,)
-
-
-def _patchset_grad(t):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "The .grad attribute of a Tensor")
-        return t.grad
-
-
-def _patchset_is_leaf(t):
-    try:
-        return t.is_leaf
-    except RuntimeError:  # inference tensors may not say
-        return None
-
-
-class ConversionFieldsTest(TestCase):
-    """Every field of a conversion against the real tensor, through MetaConverter's fast path
-    (dense non-view leaves) and its general path alone."""
-
-    def _check_fields(self, out, real, converted, expect_device, autograd_fields=True):
-        self.assertEqual(out.dtype, real.dtype)
-        self.assertEqual(out.device, expect_device(real))
-        self.assertEqual(out.shape, real.shape)
-        self.assertEqual(out.is_sparse, real.is_sparse)
-        if not real.is_sparse:
-            self.assertEqual(out.stride(), real.stride())
-            self.assertEqual(out.storage_offset(), real.storage_offset())
-        self.assertEqual(out.requires_grad, real.requires_grad)
-        self.assertEqual(out.is_conj(), real.is_conj())
-        self.assertEqual(out.is_neg(), real.is_neg())
-        self.assertEqual(out.is_inference(), real.is_inference())
-        self.assertEqual(
-            isinstance(out, torch.nn.Parameter), isinstance(real, torch.nn.Parameter)
-        )
-        if _patchset_grad(real) is None:
-            self.assertIsNone(_patchset_grad(out))
-        else:
-            self._check_fields(
-                _patchset_grad(out), real.grad, converted, expect_device, autograd_fields
-            )
-        if autograd_fields:
-            self.assertEqual(_patchset_is_leaf(out), _patchset_is_leaf(real))
-            self.assertEqual(out._is_view(), real._is_view())
-            if real._is_view():
-                self.assertIs(out._base, converted(real._base))
-                self._check_fields(out._base, real._base, converted, expect_device)
-
-    @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
-    def test_meta_matches_real(self, case):
-        tensors = _patchset_case(case)
-        mc = MetaConverter()
-        outs = [mc(t) for t in tensors]
-        self.assertTrue(outs[-1].is_meta)
-        # converted(t) is a memo hit: bases are compared by identity
-        self._check_fields(outs[-1], tensors[-1], mc, lambda t: torch.device("meta"))
-
-    @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
-    def test_fake_matches_real(self, case):
-        # is_leaf, _is_view() and _base too: FakeTensor wrapping detaches (1.13.1), so fakes of
-        # views and non-leaves are made through autograd from the fake of the base or leaf
-        tensors = _patchset_case(case)
-        mode = FakeTensorMode()
-        outs = [mode.from_tensor(t) for t in tensors]
-        self.assertIsInstance(outs[-1], FakeTensor)
-        self._check_fields(outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device)
-
-    def test_autograd_grad_through_meta_of_channels_last_non_leaf(self):
-        y = _patchset_channels_last_non_leaf()
-        mc = MetaConverter()
-        m = mc(y)
-        (grad,) = torch.autograd.grad(m.sum(), m)
-        self.assertEqual(grad.shape, y.shape)
-
-    def test_view_of_view_meta_shares_base_and_version_counter(self):
-        x, z = _patchset_view_of_view_grad()
-        mc = MetaConverter()
-        mx, mz = mc(x), mc(z)
-        self.assertIs(mz._base, mx)
-        self.assertEqual(mz._version, mx._version)
-        with torch.no_grad():
-            mz.add_(1)
-        self.assertEqual(mx._version, 1)
-
-    def test_leaf_shares_storage_with_later_view(self):
-        x = torch.randn(4, 3)
-        mc = MetaConverter()
-        mx, mv = mc(x), mc(x[1:])
-        self.assertEqual(torch._C._storage_id(mx), torch._C._storage_id(mv))
-        self.assertIs(mv._base, mx)
-
-
-instantiate_parametrized_tests(ConversionFieldsTest)
-
-
-class _PatchsetDispatchRecorder(TorchDispatchMode):
-    def __init__(self):
-        self.log = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.log.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
->>>>>>> br-h16c
 class FakeViewConversionTest(TestCase):
     """Fakes of views are autograd views of the fake of their base, and fakes of non-leaves
     have a grad_fn, as the real tensors (FakeTensorConverter; 1.13.1's fakes are detached
@@ -3107,383 +2873,6 @@ class FakeViewSymbolicAndConstantConversionTest(TestCase):
         self.assertTrue(_patchset_version_moves(out, x, mode))
 
 
-<<<<<<< HEAD
-=======
-def _patchset_dense_leaf_cases():
-    """Dense leaves (the fast path's case), a dense leaf on a storage converted before, a view
-    of one and a tensor the fast path leaves to the general path; the first one twice (a hit)."""
-    x = torch.randn(4, 3)
-    p = torch.nn.Parameter(torch.randn(5))
-    on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
-    return [x, p, torch.randn(2, requires_grad=True), on_x, x[1:], x.t().contiguous().t(), x]
-
-
-class DenseLeafConversionTest(TestCase):
-    def _convert(self, tensors):
-        mode = FakeTensorMode()
-        return mode, [mode.from_tensor(t) for t in tensors]
-
-    def test_dense_leaf_on_converted_storage_shares_it_and_counts_once(self):
-        x = torch.randn(4, 3)
-        on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
-        mode, (fx, fon_x) = self._convert([x, on_x])
-        mc = mode.fake_tensor_converter.meta_converter
-        self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fon_x))
-        self.assertIsNot(fx, fon_x)
-        self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
-
-    def test_conversion_under_its_own_mode_makes_plain_fakes(self):
-        # the meta factory and the wrapper must not reach the mode (they would make fakes of
-        # fakes, on the meta device)
-        mode = FakeTensorMode()
-        x, p = torch.randn(3), torch.nn.Parameter(torch.randn(2))
-        with mode:
-            fx, fp = mode.from_tensor(x), mode.from_tensor(p)
-        for f in (fx, fp):
-            self.assertIsInstance(f, FakeTensor)
-            self.assertIs(f.fake_mode, mode)
-            self.assertEqual(f.device, torch.device("cpu"))
-        self.assertIsInstance(fp, torch.nn.Parameter)
-        self.assertIs(mode.from_tensor(x), fx)
-
-    def test_conversion_invisible_to_torch_dispatch_mode(self):
-        mode = FakeTensorMode()
-        p = torch.nn.Parameter(torch.randn(3))
-        recorder = _PatchsetDispatchRecorder()
-        with recorder:
-            f = mode.from_tensor(p)
-        self.assertEqual(recorder.log, [])
-        self.assertIsInstance(f, FakeTensor)
-
-    @parametrize("requires_grad", [False, True])
-    def test_converted_fake_carries_what_the_constructor_sets(self, requires_grad):
-        # the converter wraps the meta without FakeTensor.__init__ (its checks are made
-        # already): the fake must carry what a constructed one carries
-        def described(f):
-            return (type(f), sorted(f.__dict__), f.fake_device, f.fake_mode is mode, f.constant,
-                    f.requires_grad, f.is_leaf, f.device, repr(torch._C._dispatch_keys(f)))
-
-        x = torch.randn(3, 4, requires_grad=requires_grad)
-        mode, (fx,) = self._convert([x])
-        meta = torch.empty_strided(x.size(), x.stride(), device="meta", requires_grad=requires_grad)
-        self.assertEqual(described(fx), described(FakeTensor(mode, meta, x.device)))
-
-    def test_one_weakref_per_memo_entry(self):
-        # a tensor carries one weak reference per converter memo, its fake one (the memo's)
-        x = torch.randn(3)
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(x)
-        self.assertEqual(weakref.getweakrefcount(x), 2)
-        self.assertEqual(weakref.getweakrefcount(fx), 1)
-        self.assertIs(mode.from_tensor(x), fx)
-        self.assertEqual(weakref.getweakrefcount(x), 2)
-
-
-instantiate_parametrized_tests(DenseLeafConversionTest)
-
-
-class WeakIdKeyDictionaryTest(TestCase):
-    @parametrize("weak_values", [False, True])
-    def test_set_replaces_live_entry_and_key_death_drops_it(self, weak_values):
-        from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
-
-        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
-        x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
-        memo[x] = a
-        memo[x] = b
-        self.assertIs(memo.get(x), b)
-        self.assertEqual(len(memo), 1)
-        self.assertEqual(weakref.getweakrefcount(x), 1)
-        del x
-        self.assertEqual(len(memo), 0)
-        self.assertEqual(memo.deaths, 1)
-
-    def test_weak_value_death_drops_entry(self):
-        from torch.utils.weak import WeakIdKeyWeakValueDictionary
-
-        memo = WeakIdKeyWeakValueDictionary()
-        x, v = torch.randn(2), torch.randn(1)
-        self.assertIs(memo.setdefault(x, v), v)
-        del v
-        self.assertEqual(len(memo), 0)
-        self.assertIsNone(memo.get(x))
-        self.assertEqual(memo.deaths, 1)
-
-
-instantiate_parametrized_tests(WeakIdKeyDictionaryTest)
-
-
-class StorageRefKeyTest(TestCase):
-    """storage_memo's keys made by the converter stand for StorageWeakRefs of the storage."""
-
-    def test_key_equals_and_hashes_as_storage_weak_ref(self):
-        x = torch.randn(3)
-        mc = MetaConverter()
-        mc(x)
-        (key,) = mc.storage_memo
-        ref = StorageWeakRef(x.storage())
-        self.assertIsInstance(key, StorageWeakRef)
-        self.assertTrue(key == ref and ref == key)
-        self.assertEqual(hash(key), hash(ref))
-        self.assertEqual(key.cdata, ref.cdata)
-        self.assertIn(ref, mc.storage_memo)
-        self.assertIn(key, {ref: None})
-        other = StorageWeakRef(torch.randn(3).storage())
-        self.assertFalse(key == other or other == key)
-
-    def test_key_expires_with_its_storage(self):
-        x = torch.randn(3)
-        mc = MetaConverter()
-        mc(x)
-        (key,) = mc.storage_memo
-        self.assertFalse(key.expired())
-        del x
-        self.assertTrue(key.expired())
-        mc.check_for_expired_weak_storages()
-        self.assertEqual(len(mc.storage_memo), 0)
-
-    def test_key_type_refuses_direct_construction(self):
-        from torch._subclasses.meta_utils import _StorageRef
-
-        with self.assertRaises(TypeError):
-            _StorageRef(torch.randn(3)._storage()._weak_ref())
-
-
-class _PatchsetRecordingMode(TorchFunctionMode):
-    def __init__(self):
-        self.log = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.log.append(getattr(func, "__name__", repr(func)))
-        return func(*args, **(kwargs or {}))
-
-
-class MemoHitTorchFunctionModeTest(TestCase):
-    def test_memo_hit_on_parameter_invisible_to_torch_function_mode(self):
-        p = torch.nn.Parameter(torch.randn(3))
-        mode = FakeTensorMode()
-        fake = mode.from_tensor(p)
-        recorder = _PatchsetRecordingMode()
-        with recorder:
-            hit = mode.from_tensor(p)
-        self.assertIs(hit, fake)
-        self.assertEqual(recorder.log, [])
-
-    def test_memo_hit_under_nested_modes_invisible_and_stack_restored(self):
-        x = torch.randn(3)
-        mode = FakeTensorMode()
-        fake = mode.from_tensor(x)
-        outer, inner = _PatchsetRecordingMode(), _PatchsetRecordingMode()
-        with outer, inner:
-            hit = mode.from_tensor(x)
-            stack = torch.overrides._get_current_function_mode_stack()
-            torch.neg(x)
-        self.assertIs(hit, fake)
-        self.assertEqual(stack, [outer, inner])
-        # neg reaches both (inner runs it with outer active); the hit reaches neither
-        self.assertEqual(inner.log, ["neg"])
-        self.assertEqual(outer.log, ["neg"])
-
-
-class StorageSweepBoundTest(TestCase):
-    def test_dead_storage_entries_bounded_right_after_live_tensors_die(self):
-        mc = MetaConverter()
-        live = [torch.randn(2) for _ in range(5000)]
-        metas = [mc(t) for t in live]
-        self.assertEqual(len(mc.storage_memo), 5000)
-        del live, metas
-        kept = []
-        worst = 0
-        for _ in range(2000):
-            kept.append(torch.randn(2))
-            mc(kept[-1])
-            # entries = live + dead, and dead <= live + 128
-            worst = max(worst, len(mc.storage_memo) - (2 * len(kept) + 128))
-        self.assertLessEqual(worst, 0)
-
-    def test_sweeps_scan_amortized_constant_entries_per_conversion(self):
-        mc = MetaConverter()
-        scanned = []
-        sweep = mc.check_for_expired_weak_storages
-
-        def counting_sweep():
-            scanned.append(len(mc.storage_memo))
-            sweep()
-
-        mc.check_for_expired_weak_storages = counting_sweep
-        kept = []
-        for i in range(20000):
-            t = torch.randn(2)
-            mc(t)
-            if i % 3 == 0:
-                kept.append(t)
-            if i % 5000 == 4999:
-                kept.clear()
-        self.assertGreater(len(scanned), 0)
-        self.assertLessEqual(sum(scanned), 4 * 20000)
-# Tracing frees its modes: the proxy slots live in the tracer, not on the tensors.
-
-
-class _PatchsetModeRecorder:
-    """Weak references to every FakeTensorMode made inside the `with` block."""
-
-    def __init__(self):
-        self.refs = []
-        self._patch = None
-
-    def __enter__(self):
-        init = FakeTensorMode.__init__
-        refs = self.refs
-
-        def recording_init(mode, *args, **kwargs):
-            init(mode, *args, **kwargs)
-            refs.append(weakref.ref(mode))
-
-        self._patch = unittest.mock.patch.object(FakeTensorMode, "__init__", recording_init)
-        self._patch.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._patch.__exit__(*exc)
-
-    def alive_after_gc(self):
-        gc.collect()
-        return sum(ref() is not None for ref in self.refs)
-
-
-def _patchset_mlp():
-    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-
-
-class PatchsetTracingFreesModeTest(TestCase):
-    def assert_traces_free_modes(self, trace, traces=3):
-        with _PatchsetModeRecorder() as recorder:
-            for _ in range(traces):
-                out = trace()
-                del out
-        self.assertEqual(len(recorder.refs), traces)
-        self.assertEqual(recorder.alive_after_gc(), 0)
-
-    def view_ops_trace(self, tracing_mode):
-        def f(x, w):
-            return [w.t(), x.view(-1), x.transpose(0, 1), torch.mm(x, w.t().contiguous())]
-
-        return lambda: make_fx(f, tracing_mode=tracing_mode)(torch.randn(2, 3), torch.randn(4, 3))
-
-    def backward_trace(self):
-        # fake only: 1.13.1's AccumulateGrad cannot take symbolic strides
-        model = _patchset_mlp()
-        params = {name: p.detach().requires_grad_() for name, p in model.named_parameters()}
-
-        def step(params, x):
-            loss = stateless.functional_call(model, params, (x,)).sum()
-            loss.backward()
-            return [p.grad for p in params.values()]
-
-        return lambda: make_fx(step, tracing_mode="fake")(params, torch.randn(5, 4))
-
-    def test_make_fx_fake_with_view_ops_frees_modes(self):
-        self.assert_traces_free_modes(self.view_ops_trace("fake"))
-
-    def test_make_fx_symbolic_with_view_ops_frees_modes(self):
-        self.assert_traces_free_modes(self.view_ops_trace("symbolic"))
-
-    def test_make_fx_fake_backward_through_functional_call_frees_modes(self):
-        self.assert_traces_free_modes(self.backward_trace())
-
-    def test_make_fx_fake_inplace_op_on_base_of_view_frees_modes(self):
-        def f(x):
-            v = x.t()
-            x.mul_(2)
-            return [v + 1]
-
-        self.assert_traces_free_modes(lambda: make_fx(f, tracing_mode="fake")(torch.randn(2, 3)))
-
-    def test_nested_make_fx_frees_modes(self):
-        def f(x):
-            # an inner tracer over the outer trace's fakes, as functorch's cond does
-            inner = get_isolated_graphmodule(lambda y: [y.t()], (x,), {})
-            self.assertEqual(len([n for n in inner.graph.nodes if n.op == "call_function"]), 1)
-            return [x.t() + 1]
-
-        self.assert_traces_free_modes(lambda: make_fx(f, tracing_mode="fake")(torch.randn(2, 3)))
-
-    def test_aot_function_with_fake_tensors_frees_modes(self):
-        from functorch._src import config
-        from functorch.compile import aot_function, nop
-
-        model = _patchset_mlp()
-        names = [name for name, _ in model.named_parameters()]
-        params = [p.detach().requires_grad_() for p in model.parameters()]
-
-        def fn(x, *ps):
-            return stateless.functional_call(model, dict(zip(names, ps)), (x,)).sum()
-
-        x = torch.randn(5, 4)
-        with unittest.mock.patch.object(config, "use_fake_tensor", True):
-            # a fresh aot_function per trace: each call of one would reuse its compiled graphs
-            self.assert_traces_free_modes(lambda: aot_function(fn, nop, nop)(x, *params))
-
-    def test_traced_graph_runs_after_its_mode_is_freed(self):
-        gm = self.view_ops_trace("fake")()
-        gc.collect()
-        x, w = torch.randn(2, 3), torch.randn(4, 3)
-        self.assertEqual(gm(x, w), [w.t(), x.view(-1), x.transpose(0, 1), torch.mm(x, w.t())])
-
-
-class PatchsetProxySlotTest(TestCase):
-    def setUp(self):
-        super().setUp()
-        self.tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
-
-    def tracked(self, t):
-        proxy = torch.fx.Proxy(self.tracer.graph.placeholder("x"), self.tracer)
-        track_tensor_tree(t, proxy, constant=None, tracer=self.tracer)
-        return proxy
-
-    def test_tracking_leaves_no_state_on_the_tensor(self):
-        t = torch.randn(3)
-        proxy = self.tracked(t)
-        self.assertEqual(t.__dict__, {})
-        self.assertIs(get_proxy_slot(t, self.tracer).proxy, proxy)
-
-    def test_slot_dies_with_its_tensor(self):
-        t = torch.randn(3)
-        self.tracked(t)
-        ref = weakref.ref(t)
-        del t
-        gc.collect()
-        self.assertIsNone(ref())
-        self.assertEqual(len(self.tracer._proxy_slots), 0)
-
-    def test_slots_of_two_tracers_stay_apart(self):
-        second = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
-        t = torch.randn(3)
-        set_proxy_slot(t, self.tracer, "first")
-        self.assertFalse(has_proxy_slot(t, second))
-        self.assertEqual(get_proxy_slot(t, second, "default"), "default")
-        with self.assertRaises(KeyError):
-            get_proxy_slot(t, second)
-        set_proxy_slot(t, second, "second")
-        self.assertEqual(get_proxy_slots(t), {self.tracer: "first", second: "second"})
-        self.assertEqual(get_proxy_slot(t, self.tracer, transform=str.upper), "FIRST")
-
-    def test_get_proxy_slots_of_untracked_object_is_none(self):
-        set_proxy_slot(torch.randn(3), self.tracer, "slot")
-        self.assertIsNone(get_proxy_slots(torch.randn(3)))
-
-    def test_tracer_is_freed_with_its_slots(self):
-        t = torch.randn(3)
-        self.tracked(t)
-        ref = weakref.ref(self.tracer)
-        del self.tracer
-        gc.collect()
-        self.assertIsNone(ref())
-        self.assertIsNone(get_proxy_slots(t))
-
-
-# ---------------------------------------------------------------------------------------------
->>>>>>> br-h16c
 # Conversions from several threads and from code that runs inside a conversion.
 
 

@@ -2553,6 +2553,43 @@ class FallbackKernelLifetimeTest(TestCase):
         self.assertIn("flat_view", str(error))
 
 
+class FallbackKernelLeavesNoCycleTest(TestCase):
+    # an error kept in a local of the frame its traceback holds makes a cycle through the
+    # frame's arguments; collecting it clears the __dict__ of fakes C++ still keeps alive
+    def setUp(self):
+        gc.collect()
+        gc.disable()
+        self.addCleanup(gc.enable)
+
+    def test_fallback_call_leaves_no_garbage(self):
+        mode = FakeTensorMode(allow_fallback_kernels=True)
+        x = mode.from_tensor(torch.randn(3))
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            with mode:
+                _patchset_ops.fresh(x)
+            gc.collect()
+            garbage = [type(o).__name__ for o in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        self.assertEqual(garbage, [])
+
+    def test_fake_saved_by_autograd_keeps_attributes_through_gc(self):
+        mode = FakeTensorMode(allow_fallback_kernels=True)
+        x = mode.from_tensor(torch.randn(3, requires_grad=True))
+        with mode:
+            y = x.clone()
+            _patchset_ops.fresh(y)
+            loss = (y * y).sum()  # autograd saves y: C++ keeps it alive
+        del y
+        gc.collect()
+        with mode:
+            (grad,) = torch.autograd.grad(loss, [x])
+        self.assertIs(grad.fake_mode, mode)
+        self.assertEqual(grad.shape, x.shape)
+
+
 class FakeViewConversionTest(TestCase):
     """Fakes of views are autograd views of the fake of their base, and fakes of non-leaves
     have a grad_fn, as the real tensors (FakeTensorConverter; 1.13.1's fakes are detached

@@ -186,8 +186,6 @@ def test_patch_touching_torch_touches_a_test_file(patch: Path) -> None:
         assert [p for p in paths if p.startswith("test/")], f"{patch.name} adds no test"
 
 
-@pytest.mark.xfail(strict=True, reason="the messages of 0001-0005 run 46-100 lines until their "
-                   "rewrite lands; remove this mark then")
 def test_commit_message_bodies_are_short() -> None:
     long = {p.name: len(message_body(p)) for p in SERIES if len(message_body(p)) > MAX_BODY_LINES}
     assert long == {}
@@ -202,8 +200,6 @@ def test_generated_test_file_names_no_issue_patch_or_timing() -> None:
     assert history_hits([REPO / "test" / "test_fake_tensor.py"]) == []
 
 
-@pytest.mark.xfail(strict=True, reason="fake_tensor.py comments state timings until the rewrite "
-                   "of the torch code lands; remove this mark then")
 def test_patched_modules_name_no_issue_patch_or_timing() -> None:
     manifest = (REPO / "torch_overlay" / "MANIFEST").read_text().split("\n")
     paths = [REPO / "torch_overlay" / line.split()[0] for line in manifest if line.strip()]

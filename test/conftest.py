@@ -85,6 +85,18 @@ def base_files() -> Dict[str, bytes]:
             for path, digest in sorted(read_base_hashes(project).items()) if digest != ABSENT}
 
 
+def make_patched_checkout(checkout: Path, base_files: Mapping[str, bytes]) -> Path:
+    """Upstream's test/ of the cached checkout and the pristine base files, patched by `apply`."""
+    project = find_project(TOOL_LIB)
+    shutil.copytree(project.default_checkout / "test", checkout / "test", symlinks=True)
+    for path, data in base_files.items():
+        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / path).write_bytes(data)
+    proc = run_tool(REPO, "apply", "--checkout", str(checkout))
+    assert proc.returncode == 0, proc.stderr
+    return checkout
+
+
 class TmpProject:
     """A copy of the tool and the base facts in tmp_path, with its own patches/ and .cache/."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +18,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
 
-from conftest import copy_tool, run_tool  # noqa: E402
+from conftest import copy_tool, make_patched_checkout, run_tool  # noqa: E402
 from patchset_lib import overlay, pip_torch, pyfind, setup_cmd, torch_target  # noqa: E402
 from patchset_lib.common import (  # noqa: E402
-    ABSENT, PatchsetError, Runner, file_digest, find_project, read_base_hashes, sha256_file,
+    ABSENT, PatchsetError, Runner, file_digest, find_project, sha256_file,
 )
 from patchset_lib.venvs import venv_python, wrong_pins  # noqa: E402
 
@@ -177,19 +176,10 @@ def test_our_behaviour_tests_pass_on_installed_pip_torch(installed: Path) -> Non
 
 
 @pytest.fixture(scope="module")
-def patched_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def patched_checkout(tmp_path_factory: pytest.TempPathFactory, base_files: Dict[str, bytes]) -> Path:
     """Upstream's test/ with the pristine base files, patched by `apply`: the patched
     test_fake_tensor.py holds upstream's tests and ours (the cached checkout may be pristine)."""
-    checkout = tmp_path_factory.mktemp("checkout")
-    shutil.copytree(PROJECT.default_checkout / "test", checkout / "test", symlinks=True)
-    for path, digest in read_base_hashes(PROJECT).items():
-        if digest == ABSENT:  # created by the series
-            continue
-        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(PROJECT.pristine / path, checkout / path)
-    proc = tool("apply", "--checkout", str(checkout))
-    assert proc.returncode == 0, proc.stderr
-    return checkout
+    return make_patched_checkout(tmp_path_factory.mktemp("checkout"), base_files)
 
 
 def test_upstream_tests_pass_on_installed_pip_torch(installed: Path, patched_checkout: Path) -> None:

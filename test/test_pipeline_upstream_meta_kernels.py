@@ -8,18 +8,19 @@ TestMetaKernelsMatchCPU runs in test_pipeline_upstream_tests.py.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
 
+from conftest import make_patched_checkout  # noqa: E402
 from patchset_lib import upstream_tests_cmd  # noqa: E402
-from patchset_lib.common import find_project, read_base_hashes  # noqa: E402
+from patchset_lib.common import find_project  # noqa: E402
 
 PROJECT = find_project(REPO / "build_scripts")
 KEYWORD = upstream_tests_cmd.FAKE_OPS_KEYWORD
@@ -31,16 +32,9 @@ def tool(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def patched_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def patched_checkout(tmp_path_factory: pytest.TempPathFactory, base_files: Dict[str, bytes]) -> Path:
     """Upstream's test/ with the pristine base files, patched by `apply`."""
-    checkout = tmp_path_factory.mktemp("checkout")
-    shutil.copytree(PROJECT.default_checkout / "test", checkout / "test", symlinks=True)
-    for path in read_base_hashes(PROJECT):
-        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(PROJECT.pristine / path, checkout / path)
-    proc = tool("apply", "--checkout", str(checkout))
-    assert proc.returncode == 0, proc.stderr
-    return checkout
+    return make_patched_checkout(tmp_path_factory.mktemp("checkout"), base_files)
 
 
 @pytest.fixture(scope="module")

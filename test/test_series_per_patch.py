@@ -22,6 +22,7 @@ import pytest
 from conftest import REPO
 from patchset_lib import series_io
 from patchset_lib.common import Runner, find_project, read_series
+from patchset_lib.overlay import module_name
 from patchset_lib.overlay_hook import HOOK_MODULE, check_overlay_hook, hook_source
 
 PROJECT = find_project(REPO)
@@ -48,7 +49,7 @@ def hook_env(runner: Runner, repo: Path, base: str, hook_dir: Path) -> Dict[str,
     """Environment under which the venv loads the checkout's changed torch modules."""
     changed = [p for p in series_io.changed_paths(repo, base, "HEAD", runner)
                if p.startswith("torch/") and p.endswith(".py") and (repo / p).is_file()]
-    modules = [p[: -len(".py")].replace("/", ".") for p in changed]
+    modules = [module_name(p) for p in changed]
     hook_dir.mkdir()
     (hook_dir / f"{HOOK_MODULE}.py").write_text(hook_source(repo, modules))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI")}

@@ -27,11 +27,15 @@ class ManifestEntry:
 
     @property
     def module(self) -> str:
-        """Dotted name; a package's `__init__.py` stands for the package."""
-        stem = self.path[: -len(".py")]
-        if stem.endswith("/__init__"):
-            stem = stem[: -len("/__init__")]
-        return stem.replace("/", ".")
+        return module_name(self.path)
+
+
+def module_name(path: str) -> str:
+    """Dotted name of a torch/....py path; a package's `__init__.py` stands for the package."""
+    stem = path[: -len(".py")]
+    if stem.endswith("/__init__"):
+        stem = stem[: -len("/__init__")]
+    return stem.replace("/", ".")
 
 
 def overlay_files(result: Mapping[str, bytes], base: Mapping[str, str]) -> Dict[str, bytes]:

@@ -10,8 +10,8 @@ both applied with `git am` in a temp repo made of DIR's base files. Then it upda
 patches/series, the patch files, patches/base.sha256 (every base file the new series touches,
 existing lines kept in order), torch_overlay/MANIFEST (`<path> <base sha256> <result sha256>`
 for each torch/ file the series changes, sorted) and the generated test files
-(`generated_tests`: test/test_fake_tensor.py as DIR's HEAD has it). A dirty tree, an am/rebase in progress or a
-missing base change nothing.
+(`generated_tests`: test/test_fake_tensor.py as DIR's HEAD has it). A dirty tree, an am/rebase
+in progress or a missing base change nothing.
 """
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import overlay, series_io
 from .generated_tests import GENERATED_TESTS, expected_tests
-from .common import ABSENT, PatchsetError, Project, Runner, add_command, read_base_hashes, read_series, sha256_bytes
+from .common import (
+    ABSENT, PatchsetError, Project, Runner, add_command, read_base_hashes, read_series, sha256_bytes,
+)
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
 

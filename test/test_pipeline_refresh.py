@@ -158,7 +158,7 @@ def test_explicit_base(project: Project, runner: Runner, checkout: Path) -> None
     before = tree_hashes(project.root)
     assert refresh(project, runner, checkout, base="HEAD~2") == 0
     assert tree_hashes(project.root) == before
-    with pytest.raises(PatchsetError, match="not the pristine file"):
+    with pytest.raises(PatchsetError, match="differs from the 1.13.1 base"):
         refresh(project, runner, checkout, base="HEAD~3")
     with pytest.raises(PatchsetError, match="no such commit"):
         refresh(project, runner, checkout, base="no-such-rev")

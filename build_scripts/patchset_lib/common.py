@@ -159,6 +159,27 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def check_base_hashes(hashes: Mapping[str, str], digest_of: Callable[[str], str],
+                      shown: Callable[[str], str]) -> Optional[str]:
+    """None when every file of `hashes` is the base's, else a sentence naming the first that is
+    not. digest_of(path) gives the file's sha256 or ABSENT; shown(path) how to name it."""
+    for path, expected in hashes.items():
+        actual = digest_of(path)
+        if actual == expected:
+            continue
+        if expected == ABSENT:
+            return f"{shown(path)} exists, but the 1.13.1 base has none"
+        if actual == ABSENT:
+            return f"{shown(path)} is missing"
+        return f"{shown(path)} differs from the 1.13.1 base pinned in patches/base.sha256"
+    return None
+
+
+def bytes_digest(files: Mapping[str, bytes]) -> Callable[[str], str]:
+    """digest_of for check_base_hashes over in-memory file contents."""
+    return lambda path: sha256_bytes(files[path]) if path in files else ABSENT
+
+
 @dataclasses.dataclass
 class Runner:
     """Runs external commands (git, quilt, apt, pip, python); every call is logged.

@@ -25,7 +25,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from . import overlay, series_io
 from .generated_tests import GENERATED_TESTS, expected_tests
 from .common import (
-    ABSENT, PatchsetError, Project, Runner, add_command, read_base_hashes, read_series, sha256_bytes,
+    ABSENT, PatchsetError, Project, Runner, add_command, bytes_digest, check_base_hashes, read_base_hashes,
+    read_series, sha256_bytes,
 )
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
@@ -57,16 +58,7 @@ def check_clean(repo: Path, runner: Runner) -> Optional[str]:
 
 
 def check_base_files(files: Mapping[str, bytes], hashes: Mapping[str, str], rev: str) -> Optional[str]:
-    for path, digest in hashes.items():
-        if digest == ABSENT:
-            if path in files:
-                return f"{rev} has {path}, which patches/base.sha256 says the base has not"
-            continue
-        if path not in files:
-            return f"{rev} has no {path}"
-        if sha256_bytes(files[path]) != digest:
-            return f"{path} at {rev} is not the pristine file of patches/base.sha256"
-    return None
+    return check_base_hashes(hashes, bytes_digest(files), lambda path: f"{path} at {rev}")
 
 
 def find_base(repo: Path, runner: Runner, hashes: Mapping[str, str], scratch: Path) -> str:

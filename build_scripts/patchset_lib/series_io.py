@@ -24,8 +24,9 @@ from .common import (
     Runner,
     git_identity_env,
     identity,
+    bytes_digest,
+    check_base_hashes,
     read_base_hashes,
-    sha256_bytes,
 )
 
 # The canonical options of `patches/`: `-N` gives "[PATCH]" subjects whatever the series length,
@@ -110,16 +111,7 @@ def read_files(root: Path, paths: Iterable[str]) -> Dict[str, bytes]:
 
 
 def check_pristine_files(files: Mapping[str, bytes], hashes: Mapping[str, str]) -> Optional[str]:
-    for path, digest in hashes.items():
-        if digest == ABSENT:
-            if path in files:
-                return f"{path} exists, but patches/base.sha256 says the base has none"
-            continue
-        if path not in files:
-            return f"pristine base file {path} is missing"
-        if sha256_bytes(files[path]) != digest:
-            return f"{path} does not have the sha256 pinned in patches/base.sha256"
-    return None
+    return check_base_hashes(hashes, bytes_digest(files), lambda path: f"pristine base file {path}")
 
 
 def pristine_files(project: Project) -> Dict[str, bytes]:

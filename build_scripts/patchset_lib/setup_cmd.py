@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from .apt import dpkg_versions, install_apt_packages, missing_apt_packages
-from .common import ABSENT, PatchsetError, Project, Runner, add_command, base_pin, read_base_hashes, sha256_file
+from .common import (PatchsetError, Project, Runner, add_command, base_pin, file_digest, check_base_hashes,
+                     read_base_hashes)
 from .project_venv import ensure_venv
 from .pyfind import find_python
 from .source import check_pristine, ensure_source
@@ -61,19 +62,15 @@ def check_system_torch(project: Project, runner: Runner) -> Optional[str]:
         return (f"{package} is {version}, the patch set is for torch {pin['torch_version']} "
                 f"({pin['debian_source_version']})")
     torch_dir = Path(pin["system_torch_dir"])
-    for path, digest in sorted(read_base_hashes(project).items()):
-        if not path.startswith("torch/"):
-            continue  # test/ files exist only in the source checkout
-        installed = torch_dir / path[len("torch/"):]
-        if digest == ABSENT:
-            if installed.exists():
-                return f"{installed} exists, but patches/base.sha256 says the base has none"
-            continue
-        if not installed.is_file():
-            return f"{installed} is missing"
-        if sha256_file(installed) != digest:
-            return f"{installed} does not match patches/base.sha256: not the pinned torch {pin['torch_version']} base"
-    return None
+
+    def installed(path: str) -> Path:
+        return torch_dir / path[len("torch/"):]
+
+    # test/ files exist only in the source checkout
+    hashes = {path: digest for path, digest in sorted(read_base_hashes(project).items())
+              if path.startswith("torch/")}
+    return check_base_hashes(hashes, lambda path: file_digest(installed(path)),
+                             lambda path: str(installed(path)))
 
 
 # --- all together -------------------------------------------------------------------------

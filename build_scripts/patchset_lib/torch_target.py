@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from .apt import dpkg_versions
-from .common import ABSENT, Project, Runner, base_pin, raise_if, sha256_file
+from .common import Project, Runner, base_pin, file_digest, check_base_hashes, raise_if
 from .overlay import ManifestEntry
 
 TORCH_VERSION = "1.13.1"
@@ -105,17 +105,10 @@ def check_torch_version(info: TorchInfo, debian_torch_dir: Path, debian_version:
 
 def check_base_files(torch_parent: Path, entries: Sequence[ManifestEntry]) -> Optional[str]:
     """None when every file the series patches is still byte-identical to the base."""
-    for entry in entries:
-        file = torch_parent / entry.path
-        if entry.base_sha256 == ABSENT:
-            if file.exists():
-                return f"{file} exists, but the 1.13.1 base has none; refusing to touch it"
-            continue
-        if not file.is_file():
-            return f"{file} is missing"
-        if sha256_file(file) != entry.base_sha256:
-            return f"{file} differs from the 1.13.1 base (sha256 mismatch); refusing to touch it"
-    return None
+    hashes = {entry.path: entry.base_sha256 for entry in entries}
+    error = check_base_hashes(hashes, lambda path: file_digest(torch_parent / path),
+                              lambda path: str(torch_parent / path))
+    return error and f"{error}; refusing to touch it"
 
 
 def check_not_system(info: TorchInfo) -> Optional[str]:

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark of the series: real tracing workloads R1-R5 (make_fx, aot_function and FakeTensorProp
-freeing their FakeTensorModes, patch 0005) and the converter memo workloads W1-W4 (patch 0001).
+freeing their FakeTensorModes: the series' proxy tracing patch) and the converter memo workloads
+W1-W4 (its weak identity memo patch).
 
 M1-M3 fake-trace torchvision training steps (resnet18, mobilenet_v2, vit_b_16) at batch 2 and 32:
 with a Meta kernel for every op, the big batch costs what the small one does, and no op reaches
 run_fallback_kernel (whose calls the workers count).
 
-F1 measures patch 0003 instead: the peak memory of a fallback kernel whose output is a view of
-a big input, against the real zero stand-in the fallback cannot do without.
+F1 measures the fallback aliasing patch instead: the peak memory of a fallback kernel whose
+output is a view of a big input, against the real zero stand-in the fallback cannot do without.
 
 Not a test: pytest does not collect this file (its name does not start with ``test_``), and it
 asserts nothing. It prints figures next to the targets of the issue (PASS/MISS).
@@ -350,7 +351,7 @@ def work_w4(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
     return out
 
 
-# --- R1-R5: real tracing workloads (patch 0005, proxy_tensor.py) ------------------------------
+# --- R1-R5: real tracing workloads (proxy tracing state, proxy_tensor.py) ----------------------
 # Each makes one warm-up trace, then `r_traces` (R1: `r1_traces`) traces whose every
 # FakeTensorMode is followed by a weakref; the graph modules are dropped as they come.
 
@@ -1269,7 +1270,7 @@ def parse_workloads(text: str) -> List[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="Benchmark unpatched vs patched fake-tensor memoization (patch 0001).")
+        description="Benchmark unpatched vs patched fake-tensor memoization.")
     parser.add_argument("--repeats", type=int, default=2,
                         help="alternating repeats per runtime (default 2)")
     parser.add_argument("--quick", action="store_true", help="scaled-down counts (smoke run)")

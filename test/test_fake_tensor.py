@@ -1525,8 +1525,8 @@ def _patchset_is_leaf(t):
 
 
 class ConversionFieldsTest(TestCase):
-    """Every field of a conversion against the real tensor, through MetaConverter's fast path
-    (dense non-view leaves) and its general path alone."""
+    """Every field of a conversion against the real tensor, for MetaConverter's metas and
+    FakeTensorConverter's fakes."""
 
     def _check_fields(self, out, real, converted, expect_device, autograd_fields=True):
         self.assertEqual(out.dtype, real.dtype)
@@ -1599,6 +1599,21 @@ class ConversionFieldsTest(TestCase):
         self.assertEqual(torch._C._storage_id(mx), torch._C._storage_id(mv))
         self.assertIs(mv._base, mx)
 
+    @parametrize("bit", ["conj", "neg"])
+    def test_view_lacking_the_bit_of_its_base(self, bit):
+        # conj() of a conj tensor is a view without the bit: its meta, a view
+        # of the base's meta, must not keep the base's
+        x = torch.randn(3, dtype=torch.complex64)
+        set_bit = torch._C._set_conj if bit == "conj" else torch._C._set_neg
+        is_set = torch.Tensor.is_conj if bit == "conj" else torch.Tensor.is_neg
+        set_bit(x, True)
+        v = x.conj() if bit == "conj" else torch._neg_view(x)
+        self.assertTrue(v._is_view())
+        self.assertFalse(is_set(v))
+        m = MetaConverter().meta_tensor(v)
+        self.assertTrue(is_set(m._base))
+        self.assertFalse(is_set(m))
+
 
 instantiate_parametrized_tests(ConversionFieldsTest)
 
@@ -1610,15 +1625,6 @@ class _PatchsetDispatchRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.log.append(str(func))
         return func(*args, **(kwargs or {}))
-
-
-def _patchset_dense_leaf_cases():
-    """Dense leaves (the fast path's case), a dense leaf on a storage converted before, a view
-    of one and a tensor the fast path leaves to the general path; the first one twice (a hit)."""
-    x = torch.randn(4, 3)
-    p = torch.nn.Parameter(torch.randn(5))
-    on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
-    return [x, p, torch.randn(2, requires_grad=True), on_x, x[1:], x.t().contiguous().t(), x]
 
 
 class DenseLeafConversionTest(TestCase):

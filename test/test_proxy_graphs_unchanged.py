@@ -1,9 +1,10 @@
-"""Patch 0005 moves make_fx's tracing state into the tracer: the traced graphs must not change;
-nor may the Meta kernels of 0006 change the graphs of training steps that used the fallback;
-patch 0004 makes the fakes of view inputs autograd views (also when converted with a ShapeEnv,
-for tracing_mode="symbolic"): neither may their graphs, except where real execution differs
-(backward() through a view input fills its base's .grad; autograd.grad reaches a view input's
-base).  Symbolic traces with view inputs call the ops of the fake trace of the same function.
+"""The series moves make_fx's tracing state into the tracer: the traced graphs must not change;
+nor may its new Meta kernels change the graphs of training steps that used the fallback; its
+view conversion makes the fakes of view inputs autograd views (also when converted with a
+ShapeEnv, for tracing_mode="symbolic"): neither may their graphs, except where real execution
+differs (backward() through a view input fills its base's .grad; autograd.grad reaches a view
+input's base).  Symbolic traces with view inputs call the ops of the fake trace of the same
+function.
 
 Each trace below runs in two subprocesses of the project venv, unpatched (PATCHSET_OVERLAY=0)
 and patched, and the generated code (`gm.code`) of every graph must be the same text. The
@@ -84,7 +85,7 @@ TRACES = textwrap.dedent('''
     out.backward()
 
     # inputs that are views requiring grad: a leaf view with requires_grad set on it, and a
-    # (non-leaf) view of a base that requires grad; their fakes are autograd views (0004)
+    # (non-leaf) view of a base that requires grad; their fakes are autograd views
     def view_inputs():
         leaf_view = torch.randn(4, 3)[1:]
         leaf_view.requires_grad_()
@@ -109,7 +110,7 @@ TRACES = textwrap.dedent('''
             v, torch.randn(3, 3, requires_grad=True)).backward()
 
     # backward() through a view input whose base requires grad: real execution fills the base's
-    # .grad, not the (non-leaf) view's; this graph changes with 0004 (see the test below)
+    # .grad, not the (non-leaf) view's; this graph changes with the series (see the test below)
     def backward_of_view(v):
         v.sin().sum().backward()
         return [v.grad] + ([] if v._base is None else [v._base.grad])
@@ -121,7 +122,7 @@ TRACES = textwrap.dedent('''
                 torch.randn(4, 3, requires_grad=True)[1:].t()).code
 
     # training steps of torchvision models (small images) and of nn modules whose backward
-    # ops have Meta kernels since 0006: a meta kernel changes no graph
+    # ops have Meta kernels in the series: a meta kernel changes no graph
     import torchvision
 
     def train_step_of(net):
@@ -334,7 +335,7 @@ def returned(code: str) -> str:
 def test_backward_through_view_input_reaches_its_base_as_real(
         both: Dict[str, Dict[str, Any]]) -> None:
     # Real execution: the view input is no leaf, backward() fills its base's .grad and leaves
-    # the view's None.  Fakes of views are autograd views of their base's fake since 0004, so
+    # the view's None.  Fakes of views are autograd views of their base's fake with the series, so
     # the fake trace returns the same (the base's grad made through the fake view's
     # AsStridedBackward0); before, the fake of the view was a leaf that got the grad itself.
     assert returned(both["patched"]["codes"]["viewbackward-real"]).startswith("return [None, ")

@@ -10,6 +10,12 @@ FakeTensorMode(allow_fallback_kernels=True).  Each (op, variant, sample) is clas
                    storage offset, device, view-ness and aliasing (is an input / shares an
                    input's storage)
   silent mismatch  the fake returns, but something of the above differs
+  real depends on mode
+                   a silent mismatch whose real reference, run once more under a no-op
+                   TorchDispatchMode, differs from the real run outside the mode and matches
+                   the fake in every compared field: the fake always runs inside a mode, and
+                   real execution itself takes another path there (1.13.1's max_pool1d
+                   returns a view under any mode, a fresh tensor outside one)
   clear error      the fake raises a NotImplementedError or a FakeTensor exception
   crash            the fake raises anything else, or the worker process dies
   skipped          the real run raises, or the inputs cannot be faked
@@ -25,7 +31,9 @@ requires grad (ones as grad_outputs) real vs fake: each gradient's dtype, shape,
 view-ness and aliasing among the inputs and the other gradients; the fallback is marked per phase
 (forward, backward).  Unpatched (PATCHSET_OVERLAY=0) and patched
 (PATCHSET_OVERLAY=1) run as two workers of the same interpreter; the summary puts them side by
-side and lists every silent mismatch.  Exit status 1 when the patched side has a silent
+side and lists every silent mismatch, then the records whose real reference depends on the
+mode, by op, variant and differing fields (--json: the records under "unpatched" and "patched",
+those under "real_depends_on_mode").  Exit status 1 when the patched side has a silent
 mismatch the unpatched side does not (with --fail-on-mismatch: any patched silent mismatch).
 Progress goes to stderr.
 """
@@ -38,7 +46,10 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-CLASSES = ("same", "silent mismatch", "clear error", "crash", "skipped")
+MODE_DEPENDENT = "real depends on mode"
+CLASSES = ("same", "silent mismatch", MODE_DEPENDENT, "clear error", "crash", "skipped")
+# the entries of a strided tensor's describe() row, to name what differs
+DESCRIBED = ("dtype", "shape", "stride", "storage_offset", "device", "is_view", "alias")
 FORWARD_VARIANTS = ("functional", "inplace", "out", "symbolic")
 BACKWARD = "backward"
 VARIANTS = FORWARD_VARIANTS + (BACKWARD,)
@@ -117,6 +128,31 @@ def describe(t: Any, inputs: Sequence[Any], names: Optional[Sequence[str]] = Non
             break
     return [str(t.dtype), concrete(list(t.shape)), concrete(list(t.stride())),
             concrete(t.storage_offset()), t.device.type, t._is_view(), alias]
+
+
+def differing_fields(want: Sequence[Any], got: Sequence[Any], labels: Sequence[str]) -> List[str]:
+    """`<label> <field>` for each entry of two describe() row lists that differs (the whole
+    row, `<label> metadata`, when the rows are not both strided-tensor rows)."""
+    fields: List[str] = []
+    for label, w, g in zip(labels, want, got):
+        if w == g:
+            continue
+        if len(w) == len(g) == len(DESCRIBED):
+            fields += [f"{label} {name}" for name, a, b in zip(DESCRIBED, w, g) if a != b]
+        else:
+            fields.append(f"{label} metadata")
+    if len(want) != len(got):
+        fields.append("tensor count")
+    return fields
+
+
+def in_a_noop_mode(thunk: Any) -> Any:
+    """thunk() run for real under a dispatch mode that only redispatches: where a fake runs,
+    minus the fake (ATen takes other paths when a mode is active, e.g. isTensorSubclassLike)."""
+    from torch.utils._python_dispatch import BaseTorchDispatchMode
+
+    with BaseTorchDispatchMode():
+        return thunk()
 
 
 def flat_tensors(tree: Any) -> List[Any]:
@@ -240,7 +276,25 @@ def run_backward_case(op: Any, sample_index: int, sample: Any, fallback: "Fallba
     diffs = [f"grad {i}: real {w} fake {g}" for i, (w, g) in enumerate(zip(want, got)) if w != g]
     if len(want) != len(got):
         diffs.append(f"{len(want)} grads real, {len(got)} fake")
-    return {**record, "class": "silent mismatch", "detail": "; ".join(diffs)[:600]}
+    record.update(detail="; ".join(diffs)[:600],
+                  fields=differing_fields(want, got, [f"grad {i}" for i in range(len(want))]))
+
+    def in_mode() -> List[Any]:
+        inputs, grads = in_a_noop_mode(lambda: sample_grads(op, sample, FallbackLog(), {}))
+        return describe_grads(grads, inputs)
+
+    return {**record, "class": mismatch_class(want, got, in_mode)}
+
+
+def mismatch_class(want: Any, got: Any, real_in_mode: Any) -> str:
+    """The class of a record whose fake (`got`) differs from the real run (`want`): MODE_DEPENDENT
+    when the real reference rerun under a no-op dispatch mode (`real_in_mode()`, the same rows)
+    differs from the run outside it and equals the fake, else a silent mismatch."""
+    try:
+        want_in_mode = real_in_mode()
+    except Exception:  # the rerun cannot say anything: keep the mismatch
+        return "silent mismatch"
+    return MODE_DEPENDENT if want_in_mode != want and want_in_mode == got else "silent mismatch"
 
 
 def fallback_marks(fallback: "FallbackLog", marks: Dict[str, int]) -> Record:
@@ -294,6 +348,7 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: "F
             to_fake = lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t  # noqa: E731
         fake_sample = sample.transform(to_fake) if hasattr(sample, "transform") else None
         fake_outs = tree_map(to_fake, outs)
+        rerun_sample = pristine_copy(sample) if variant == "inplace" else sample
         real_inputs = flat_tensors((sample.input, sample.args, sample.kwargs, outs))
         fake_inputs = flat_tensors((fake_sample.input, fake_sample.args, fake_sample.kwargs, fake_outs))
         # a difference already there before the op is the conversion's, not the op's
@@ -320,11 +375,32 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: "F
     if want == got:
         return {**record, "class": "same"}
     n_out = len(flat_tensors(real))
-    diffs = [f"{'output' if i < n_out else 'input'} {i if i < n_out else i - n_out}: real {w} fake {g}"
-             for i, (w, g) in enumerate(zip(want, got)) if w != g]
+    labels = [f"output {i}" for i in range(n_out)] + [f"input {i}" for i in range(len(real_inputs))]
+    diffs = [f"{label}: real {w} fake {g}" for label, w, g in zip(labels, want, got) if w != g]
     if len(want) != len(got):
         diffs.append(f"{len(want)} tensors real, {len(got)} fake")
-    return {**record, "class": "silent mismatch", "detail": "; ".join(diffs)[:600]}
+    record.update(detail="; ".join(diffs)[:600], fields=differing_fields(want, got, labels))
+
+    def in_mode() -> List[Any]:
+        if rerun_sample is None:
+            raise RuntimeError("no unmutated copy of the sample")
+        rerun_outs = tree_map(lambda t: torch.empty(0, dtype=t.dtype), outs) if outs is not None else None
+        inputs = flat_tensors((rerun_sample.input, rerun_sample.args, rerun_sample.kwargs, rerun_outs))
+        result = in_a_noop_mode(lambda: call_variant(op, variant, rerun_sample, rerun_outs))
+        return [describe(t, inputs) for t in flat_tensors(result)] + [describe(t, inputs) for t in inputs]
+
+    return {**record, "class": mismatch_class(want, got, in_mode)}
+
+
+def pristine_copy(sample: Any) -> Any:
+    """A deep copy of a sample an in-place run will change, for the rerun under a mode (same
+    sizes, strides, offsets and shared storages; None when the sample cannot be copied)."""
+    import copy
+
+    try:
+        return copy.deepcopy(sample)
+    except Exception:
+        return None
 
 
 class FallbackLog(list):
@@ -455,7 +531,7 @@ def summary_rows(records: List[Record]) -> Dict[str, Dict[str, int]]:
 
 def print_summary(sides: Dict[str, List[Record]]) -> None:
     rows = {label: summary_rows(records) for label, records in sides.items()}
-    heads = ["same", "mismatch", "clear err", "crash", "skipped", "via fallback"]
+    heads = ["same", "mismatch", "real dep. on mode", "clear err", "crash", "skipped", "via fallback"]
     print("\n| variant | side | " + " | ".join(heads) + " |")
     print("|---|---|" + "---|" * len(heads))
     for variant in VARIANTS + ("?",):
@@ -485,6 +561,34 @@ def mismatch_keys(records: List[Record]) -> Dict[Tuple[str, str, int], Record]:
     return {(r["op"], r["variant"], r["sample"]): r for r in records if r["class"] == "silent mismatch"}
 
 
+def mode_dependent(records: List[Record]) -> List[Record]:
+    """(op, variant, sample, fields) of each record whose real reference depends on the mode."""
+    return [{key: r[key] for key in ("op", "variant", "sample", "fields")}
+            for r in records if r["class"] == MODE_DEPENDENT]
+
+
+def sample_ranges(samples: Sequence[int]) -> str:
+    """`0-3, 7` for [0, 1, 2, 3, 7]."""
+    spans: List[List[int]] = []
+    for n in sorted(samples):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def print_mode_dependent(label: str, records: List[Record]) -> None:
+    found = mode_dependent(records)
+    print(f"\nreal depends on the dispatch mode, {label}: {len(found)} (real outside a mode differs "
+          "from real under a no-op mode, and the fake, which runs under one, matches the latter)")
+    groups: Dict[Tuple[str, str, str], List[int]] = {}
+    for r in found:
+        groups.setdefault((r["op"], r["variant"], ", ".join(r["fields"])), []).append(r["sample"])
+    for (op, variant, fields), samples in sorted(groups.items()):
+        print(f"  {op} {variant} [{fields}]: {len(samples)}, samples {sample_ranges(samples)}")
+
+
 def report(sides: Dict[str, List[Record]], fail_on_any: bool) -> int:
     print_summary(sides)
     before, after = mismatch_keys(sides["unpatched"]), mismatch_keys(sides["patched"])
@@ -495,6 +599,8 @@ def report(sides: Dict[str, List[Record]], fail_on_any: bool) -> int:
             via = (" [fallback]" if r["fallback"] else "") + \
                 (" [inputs differ after conversion]" if r.get("conversion") else "")
             print(f"  {op} {variant} sample {sample}{via}{tag}: {r['detail']}")
+    for label, records in sides.items():
+        print_mode_dependent(label, records)
     new = [key for key in after if key not in before]
     if new:
         print(f"\ncrossref: FAIL: {len(new)} silent mismatch(es) on the patched side only")
@@ -556,7 +662,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(sides, f, indent=1)
+            json.dump({**sides, "real_depends_on_mode": {label: mode_dependent(records)
+                                                         for label, records in sides.items()}},
+                      f, indent=1)
     return report(sides, args.fail_on_mismatch)
 
 

@@ -41,12 +41,12 @@ def test_quick_backward_crossref_compares_both_sides_sample_by_sample(quick_back
     proc, sides = quick_backward
     assert sides is not None, proc.stderr[-2000:]
     assert proc.returncode == 0, proc.stdout
-    keys = {label: {(r["op"], r["sample"]) for r in records} for label, records in sides.items()}
+    keys = {label: {(r["op"], r["sample"]) for r in sides[label]} for label in ("unpatched", "patched")}
     assert keys["patched"] == keys["unpatched"]
     assert {op for op, _ in keys["patched"]} == set(BACKWARD_OPS)
     per_op = [sum(op == name for op, _ in keys["patched"]) for name in BACKWARD_OPS]
     assert all(1 <= n <= crossref.QUICK_SAMPLES for n in per_op), per_op
-    for records in sides.values():
+    for records in (sides["unpatched"], sides["patched"]):
         assert {r["variant"] for r in records} == {crossref.BACKWARD}
         assert {r["class"] for r in records} <= set(crossref.CLASSES)
 

@@ -384,7 +384,7 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: "F
     def in_mode() -> List[Any]:
         if rerun_sample is None:
             raise RuntimeError("no unmutated copy of the sample")
-        rerun_outs = tree_map(lambda t: torch.empty(0, dtype=t.dtype), outs) if outs is not None else None
+        rerun_outs = empty_outs(outs)
         inputs = flat_tensors((rerun_sample.input, rerun_sample.args, rerun_sample.kwargs, rerun_outs))
         result = in_a_noop_mode(lambda: call_variant(op, variant, rerun_sample, rerun_outs))
         return [describe(t, inputs) for t in flat_tensors(result)] + [describe(t, inputs) for t in inputs]

@@ -3504,5 +3504,139 @@ class PatchsetProxySlotTest(TestCase):
         self.assertIsNone(get_proxy_slots(t))
 
 
+# Dispatch reads each op's arguments from one flattening.
+
+
+class _PatchsetArgumentWalks:
+    """Counts the outermost pytree flattenings whose leaves include `watched`."""
+
+    def __init__(self):
+        self.watched = None
+        self.count = 0
+        self._depth = 0
+        self._patches = []
+
+    def __enter__(self):
+        import torch._subclasses.fake_tensor as fake_tensor_module
+        import torch.utils._pytree as pytree
+
+        original = pytree.tree_flatten
+
+        def counting_flatten(tree):
+            self._depth += 1
+            try:
+                leaves, spec = original(tree)
+            finally:
+                self._depth -= 1
+            if self._depth == 0 and any(leaf is self.watched for leaf in leaves):
+                self.count += 1
+            return leaves, spec
+
+        # fake_tensor.py imports the function by name; pytree's own helpers use the module's
+        self._patches = [
+            unittest.mock.patch.object(module, "tree_flatten", counting_flatten)
+            for module in (pytree, fake_tensor_module)
+        ]
+        for patch in self._patches:
+            patch.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for patch in reversed(self._patches):
+            patch.__exit__(*exc)
+
+    def watch(self, t):
+        self.watched = t
+        self.count = 0
+
+
+def _patchset_constructor_overloads():
+    from torch._subclasses.fake_tensor import _is_tensor_constructor, _like_tensor_constructors
+
+    for schema in torch._C._jit_get_all_schemas():
+        namespace, _, name = schema.name.partition("::")
+        packet = getattr(torch.ops.aten, name, None) if namespace == "aten" else None
+        op = getattr(packet, schema.overload_name or "default", None)
+        if op is not None and (_is_tensor_constructor(op) or op in _like_tensor_constructors):
+            yield op
+
+
+_PATCHSET_LIKE_CONSTRUCTORS = {
+    "zeros_like": lambda x, **kw: torch.zeros_like(x, **kw),
+    "full_like": lambda x, **kw: torch.full_like(x, 2.0, **kw),
+    "randint_like": lambda x, **kw: torch.randint_like(x, 3, 7, **kw),
+    "new_zeros": lambda x, **kw: x.new_zeros((4,), **kw),
+    "new_empty_strided": lambda x, **kw: x.new_empty_strided((2, 2), (1, 2), **kw),
+}
+
+
+class PatchsetArgumentWalkTest(TestCase):
+    def test_fake_dispatch_walks_arguments_once_and_once_for_the_output_device(self):
+        with _PatchsetArgumentWalks() as walks, FakeTensorMode():
+            x = torch.empty(3, 4)
+            walks.watch(x)
+            torch.ops.aten.mul.Tensor(x, x)
+        self.assertEqual(walks.count, 2)
+
+    def test_like_constructor_walks_arguments_once(self):
+        with _PatchsetArgumentWalks() as walks, FakeTensorMode():
+            x = torch.empty(3, 4)
+            walks.watch(x)
+            torch.ops.aten.zeros_like.default(x)
+        self.assertEqual(walks.count, 1)
+
+    @parametrize("tracing_mode", ["real", "fake"])
+    def test_proxy_call_walks_arguments_once(self, tracing_mode):
+        counts = []
+
+        def f(x):
+            walks.watch(x)
+            out = torch.ops.aten.mul.Tensor(x, x)
+            counts.append(walks.count)
+            return out
+
+        with _PatchsetArgumentWalks() as walks:
+            make_fx(f, tracing_mode=tracing_mode)(torch.randn(3))
+        # a fake trace's op also goes through FakeTensorMode's dispatch
+        self.assertEqual(counts, [1 if tracing_mode == "real" else 3])
+
+    def test_proxy_call_still_propagates_constants(self):
+        def f():
+            return torch.tensor([2.0]) * 3
+
+        gm = make_fx(f)()
+        self.assertEqual(gm(), torch.tensor([6.0]))
+        self.assertEqual([n.target for n in gm.graph.nodes if n.op == "call_function"],
+                         [torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.mul.Tensor])
+
+    def test_every_constructor_takes_device_as_keyword_only(self):
+        overloads = list(_patchset_constructor_overloads())
+        self.assertGreater(len(overloads), 50)
+        for op in overloads:
+            device_arguments = [a for a in op._schema.arguments if a.name == "device"]
+            self.assertTrue(all(a.kwarg_only for a in device_arguments), op)
+
+    @parametrize("name", list(_PATCHSET_LIKE_CONSTRUCTORS))
+    def test_like_constructor_takes_the_input_device(self, name):
+        with FakeTensorMode(allow_meta=True) as mode:
+            x = mode.from_tensor(torch.empty(2, 3, device="meta"))
+            self.assertEqual(_PATCHSET_LIKE_CONSTRUCTORS[name](x).fake_device, torch.device("meta"))
+
+    @parametrize("name", list(_PATCHSET_LIKE_CONSTRUCTORS))
+    def test_like_constructor_takes_an_explicit_device(self, name):
+        with FakeTensorMode(allow_meta=True) as mode:
+            x = mode.from_tensor(torch.empty(2, 3, device="meta"))
+            out = _PATCHSET_LIKE_CONSTRUCTORS[name](x, device="cpu", dtype=torch.float64)
+        self.assertEqual((out.fake_device, out.dtype), (torch.device("cpu"), torch.float64))
+
+    def test_factory_defaults_to_cpu_and_takes_an_explicit_device(self):
+        with FakeTensorMode(allow_meta=True):
+            self.assertEqual(torch.zeros(2, 3).fake_device, torch.device("cpu"))
+            self.assertEqual(torch.randint(1, 5, (2,), device="meta").fake_device, torch.device("meta"))
+
+
+instantiate_parametrized_tests(PatchsetArgumentWalkTest)
+
+
 if __name__ == "__main__":
     run_tests()

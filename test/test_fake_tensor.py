@@ -3571,12 +3571,36 @@ _PATCHSET_LIKE_CONSTRUCTORS = {
 
 
 class PatchsetArgumentWalkTest(TestCase):
-    def test_fake_dispatch_walks_arguments_once_and_once_for_the_output_device(self):
+    def test_fake_dispatch_walks_arguments_once(self):
         with _PatchsetArgumentWalks() as walks, FakeTensorMode():
             x = torch.empty(3, 4)
             walks.watch(x)
             torch.ops.aten.mul.Tensor(x, x)
-        self.assertEqual(walks.count, 2)
+        self.assertEqual(walks.count, 1)
+
+    def test_output_device_is_found_without_dispatching_device_reads(self):
+        reads = []
+        dispatch = FakeTensor.__dict__["__torch_dispatch__"].__func__
+
+        def counting(cls, func, types, args=(), kwargs=None):
+            if func is torch.ops.prim.device.default and not args[0].fake_mode.in_kernel_invocation:
+                reads.append(args[0])
+            return dispatch(cls, func, types, args, kwargs)
+
+        with FakeTensorMode():
+            x, y = torch.empty(3, 4), torch.empty(())
+            with unittest.mock.patch.object(FakeTensor, "__torch_dispatch__", classmethod(counting)):
+                out = torch.ops.aten.mul.Tensor(x, y)
+        self.assertEqual(reads, [])
+        self.assertEqual(out.fake_device, torch.device("cpu"))
+
+    @parametrize("device", ["cpu", "meta"])
+    def test_output_device_follows_the_non_zero_dim_input(self, device):
+        with FakeTensorMode(allow_meta=True) as mode:
+            x = mode.from_tensor(torch.empty(3, 4, device=device))
+            scalar = mode.from_tensor(torch.empty(()))
+            self.assertEqual(torch.ops.aten.mul.Tensor(scalar, x).fake_device, torch.device(device))
+            self.assertEqual(torch.ops.aten.mul.Tensor(x, scalar).fake_device, torch.device(device))
 
     def test_like_constructor_walks_arguments_once(self):
         with _PatchsetArgumentWalks() as walks, FakeTensorMode():
@@ -3598,7 +3622,7 @@ class PatchsetArgumentWalkTest(TestCase):
         with _PatchsetArgumentWalks() as walks:
             make_fx(f, tracing_mode=tracing_mode)(torch.randn(3))
         # a fake trace's op also goes through FakeTensorMode's dispatch
-        self.assertEqual(counts, [1 if tracing_mode == "real" else 3])
+        self.assertEqual(counts, [1 if tracing_mode == "real" else 2])
 
     def test_proxy_call_still_propagates_constants(self):
         def f():

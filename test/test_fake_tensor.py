@@ -558,6 +558,7 @@ class FakeTensorConverterTest(TestCase):
         x_conv = converter(mode, x)
         x_conv_storage = torch._C._storage_id(x_conv)
         del x_conv
+        gc.collect()
         self.assertFalse(x in converter.tensor_memo)
         y_conv = converter(mode, y)
         self.assertEqual(x_conv_storage, torch._C._storage_id(y_conv))
@@ -599,6 +600,7 @@ class FakeTensorConverterTest(TestCase):
         y_weak = weakref.ref(mode)
         del mode
         del y
+        gc.collect()
         assert mode_weak() is None
         assert y_weak() is None
 
@@ -670,6 +672,13 @@ class FakeTensorOperatorInvariants(TestCase):
             if "_like" == schema.name[-5:]:
                 op = self.get_aten_op(schema)
                 self.assertIn(op, torch._subclasses.fake_tensor._like_tensor_constructors)
+
+
+def _collect_twice():
+    # A memoized fake that another memoized fake's TensorImpl refers to (as
+    # its .grad or its base) is a root for the collection that frees that one.
+    gc.collect()
+    gc.collect()
 
 
 def _patchset_finalizers():
@@ -884,6 +893,7 @@ class WeakMemoFakeTensorConverterTest(TestCase):
         f = mode.from_tensor(x)
         f_ref = weakref.ref(f)
         del f
+        gc.collect()
         self.assertIsNone(f_ref())
         self.assertEqual(len(conv.tensor_memo), 0)
         self.assertFalse(x in conv.tensor_memo)
@@ -975,7 +985,7 @@ class WeakMemoFakeTensorConverterTest(TestCase):
         self.assertIs(mode.from_tensor(p.grad), fp.grad)
         mode_ref = weakref.ref(mode)
         del fp, mode
-        gc.collect()
+        _collect_twice()
         self.assertIsNone(mode_ref())
 
     def test_parameter_hit_returns_same_fake(self):
@@ -1137,6 +1147,7 @@ class WeakMemoConversionResultTest(TestCase):
         fx = mode.from_tensor(x)
         sid = torch._C._storage_id(fx)
         del fx
+        gc.collect()
         self.assertFalse(x in mode.fake_tensor_converter.tensor_memo)
         self.assertEqual(torch._C._storage_id(mode.from_tensor(y)), sid)
 
@@ -1263,6 +1274,220 @@ class WeakMemoRobustnessTest(TestCase):
         self.assertEqual(proc.stderr, "")
         self.assertEqual(proc.returncode, 0)
         self.assertEqual(proc.stdout, "done\n")
+
+
+def _link(kind, mode, fake):
+    """Make another tensor's TensorImpl refer to fake, as user code does; returns
+    that tensor and a function reading fake back from it."""
+    if kind == "view":
+        return fake[1:], lambda holder: holder._base
+    if kind == "saved":
+        weight = torch.ones_like(fake, requires_grad=True)
+        return weight * fake, lambda holder: holder.grad_fn._saved_other
+    holder = mode.from_tensor(torch.zeros(fake.shape))
+    holder.grad = fake
+    return holder, lambda holder: holder.grad
+
+
+_LINK_KINDS = ["view", "saved", "grad"]
+
+# Threads share one mode over the same tensors; each links the fake it gets to
+# another tensor, drops the fake, converts again and drops the link at times.
+_LINK_STRESS = textwrap.dedent(
+    """
+    import sys, threading, torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from test_fake_tensor import _link
+    kind, n_threads, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    sys.setswitchinterval(1e-6)
+    mode = FakeTensorMode()
+    reals = [torch.randn(16) for _ in range(64)]
+    wrong, errors = [], []
+
+    def work(k):
+        try:
+            for i in range(rounds):
+                t = reals[(i * 7 + k) % len(reals)]
+                fake = mode.from_tensor(t)
+                holder = read = None
+                if kind != "none":
+                    holder, read = _link(kind, mode, fake)
+                del fake
+                again = mode.from_tensor(t)
+                if read is not None and again is not read(holder):
+                    wrong.append(i)
+                if i % 2:
+                    del holder
+                (again * 2).sum()
+                del again
+        except Exception as e:
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    print(f"wrong={len(wrong)} errors={len(errors)}", errors[:3])
+    """
+)
+
+
+def _run_link_stress(kind, n_threads, rounds=200):
+    """The stress above in a fresh process: (exit status, stdout, stderr)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run(
+        [sys.executable, "-c", _LINK_STRESS, kind, str(n_threads), str(rounds)],
+        capture_output=True, text=True, timeout=600, cwd=here,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+class MemoizedFakeOwnershipTest(TestCase):
+    """A memo hands out fakes whose TensorImpl other tensors may refer to
+    after the user dropped them; the fake must stay a usable Python object."""
+
+    def _linked(self, kind):
+        t = torch.randn(4)
+        mode = FakeTensorMode()
+        holder, read = _link(kind, mode, mode.from_tensor(t))
+        return t, mode, holder, read
+
+    @parametrize("kind", _LINK_KINDS)
+    def test_hit_returns_the_fake_a_link_holds(self, kind):
+        t, mode, holder, read = self._linked(kind)
+        again = mode.from_tensor(t)
+        self.assertIs(again, read(holder))
+        del holder
+        gc.collect()
+        self.assertIs(mode.from_tensor(t), again)
+        self.assertEqual((again * 2).shape, t.shape)
+
+    @parametrize("kind", _LINK_KINDS)
+    def test_mode_and_fakes_freed_once_the_user_drops_them(self, kind):
+        t, mode, holder, read = self._linked(kind)
+        mode_ref, fake_ref = weakref.ref(mode), weakref.ref(read(holder))
+        del mode, holder, read
+        _collect_twice()
+        self.assertIsNone(mode_ref())
+        self.assertIsNone(fake_ref())
+        self.assertIsNotNone(t)
+
+    @parametrize("kind", _LINK_KINDS)
+    def test_hit_in_one_thread_while_another_drops_the_link(self, kind):
+        t, mode, holder, read = self._linked(kind)
+        linked = read(holder)
+        linked_ref = weakref.ref(linked)
+        del linked
+        hit, dropped = threading.Event(), threading.Event()
+        box = {}
+
+        def worker():
+            box["fake"] = mode.from_tensor(t)
+            hit.set()
+            dropped.wait(60)
+            box["shape"] = (box["fake"] + 1).shape
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        self.assertTrue(hit.wait(60))
+        del holder
+        gc.collect()
+        dropped.set()
+        thread.join(60)
+        self.assertIs(box["fake"], linked_ref())
+        self.assertEqual(box["shape"], t.shape)
+
+    @parametrize("kind", _LINK_KINDS)
+    def test_link_dropped_in_another_thread_before_the_hit(self, kind):
+        t, mode, holder, read = self._linked(kind)
+        linked_ref = weakref.ref(read(holder))
+        box = {"holder": holder}
+        del holder
+        thread = threading.Thread(target=box.clear)
+        thread.start()
+        thread.join(60)
+        again = mode.from_tensor(t)
+        self.assertIs(again, linked_ref())
+        self.assertEqual((again * 2).shape, t.shape)
+
+    @parametrize("n_threads", [4, 8])
+    @parametrize("kind", _LINK_KINDS + ["none"])
+    def test_threads_converting_linked_fakes_do_not_crash(self, kind, n_threads):
+        status, out, err = _run_link_stress(kind, n_threads)
+        self.assertEqual(status, 0, err[-2000:])
+        self.assertNotIn("live PyObject references", err)
+        counts = dict(item.split("=") for item in out.split()[:2])
+        self.assertEqual(counts["wrong"], "0", out)
+        self.assertEqual(counts["errors"], "0", out)
+
+
+instantiate_parametrized_tests(MemoizedFakeOwnershipTest)
+
+
+class DeepCopyTest(TestCase):
+    def _check_copy(self, fake, copied):
+        self.assertIsInstance(copied, FakeTensor)
+        self.assertIsNot(copied, fake)
+        self.assertEqual(
+            (copied.dtype, copied.shape, copied.stride(), copied.device),
+            (fake.dtype, fake.shape, fake.stride(), fake.device),
+        )
+        self.assertEqual(copied.requires_grad, fake.requires_grad)
+        self.assertEqual(
+            isinstance(copied, torch.nn.Parameter), isinstance(fake, torch.nn.Parameter)
+        )
+        self.assertIsInstance(copied.fake_mode, FakeTensorMode)
+        self.assertIsNot(copied.fake_mode, fake.fake_mode)
+        with copied.fake_mode:
+            self.assertEqual((copied * 2).shape, fake.shape)
+            self.assertIsInstance(torch.ones(2) + 1, FakeTensor)
+
+    def test_fake_from_real_tensor(self):
+        t = torch.randn(4, 3)
+        fake = FakeTensorMode().from_tensor(t)
+        self._check_copy(fake, copy.deepcopy(fake))
+
+    def test_fake_made_inside_the_mode(self):
+        with FakeTensorMode():
+            fake = torch.empty(2, 5).t()
+        self._check_copy(fake, copy.deepcopy(fake))
+
+    def test_fake_parameter(self):
+        fake = FakeTensorMode().from_tensor(torch.nn.Parameter(torch.randn(3)))
+        self._check_copy(fake, copy.deepcopy(fake))
+
+    def test_module_with_fake_parameters(self):
+        mode = FakeTensorMode()
+        module = torch.nn.Linear(3, 2)
+        for name, p in list(module.named_parameters()):
+            setattr(module, name, mode.from_tensor(p))
+        copied = copy.deepcopy(module)
+        for (_, p), (_, q) in zip(module.named_parameters(), copied.named_parameters()):
+            self._check_copy(p, q)
+        self.assertIs(copied.weight.fake_mode, copied.bias.fake_mode)
+
+    def test_mode(self):
+        t = torch.randn(3)
+        mode = FakeTensorMode()
+        mode.from_tensor(t)
+        copied = copy.deepcopy(mode)
+        self.assertIsInstance(copied, FakeTensorMode)
+        fake = copied.from_tensor(t)
+        self.assertIs(fake.fake_mode, copied)
+        self.assertIs(copied.from_tensor(t), fake)
+
+    def test_copy_keeps_no_real_tensor_alive(self):
+        t = torch.randn(3)
+        t_ref = weakref.ref(t)
+        mode = FakeTensorMode()
+        copied = copy.deepcopy((mode, mode.from_tensor(t)))
+        del t, mode
+        _collect_twice()
+        self.assertIsNone(t_ref())
+        self.assertIsInstance(copied[1], FakeTensor)
 
 
 class WeakMemoConstantTest(TestCase):
@@ -1667,25 +1892,17 @@ class DenseLeafConversionTest(TestCase):
     @parametrize("requires_grad", [False, True])
     def test_converted_fake_carries_what_the_constructor_sets(self, requires_grad):
         # the converter wraps the meta without FakeTensor.__init__ (its checks are made
-        # already): the fake must carry what a constructed one carries
+        # already): the fake must carry what a constructed one carries, but for the
+        # memo's owner
         def described(f):
-            return (type(f), sorted(f.__dict__), f.fake_device, f.fake_mode is mode, f.constant,
+            keys = sorted(key for key in f.__dict__ if key != "_python_owner")
+            return (type(f), keys, f.fake_device, f.fake_mode is mode, f.constant,
                     f.requires_grad, f.is_leaf, f.device, repr(torch._C._dispatch_keys(f)))
 
         x = torch.randn(3, 4, requires_grad=requires_grad)
         mode, (fx,) = self._convert([x])
         meta = torch.empty_strided(x.size(), x.stride(), device="meta", requires_grad=requires_grad)
         self.assertEqual(described(fx), described(FakeTensor(mode, meta, x.device)))
-
-    def test_one_weakref_per_memo_entry(self):
-        # a tensor carries one weak reference per converter memo, its fake one (the memo's)
-        x = torch.randn(3)
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(x)
-        self.assertEqual(weakref.getweakrefcount(x), 2)
-        self.assertEqual(weakref.getweakrefcount(fx), 1)
-        self.assertIs(mode.from_tensor(x), fx)
-        self.assertEqual(weakref.getweakrefcount(x), 2)
 
 
 instantiate_parametrized_tests(DenseLeafConversionTest)
@@ -2570,6 +2787,8 @@ class FallbackKernelLeavesNoCycleTest(TestCase):
     def test_fallback_call_leaves_no_garbage(self):
         mode = FakeTensorMode(allow_fallback_kernels=True)
         x = mode.from_tensor(torch.randn(3))
+        while gc.collect():
+            pass
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
             with mode:
@@ -2713,6 +2932,7 @@ class FakeViewConversionTest(TestCase):
         fv_ref, fx_ref = weakref.ref(fv), weakref.ref(fv._base)
         self.assertEqual(len(conv.tensor_memo), 2)
         del fv
+        gc.collect()
         self.assertIsNone(fv_ref())
         # the base's fake was shared with the view's: it goes with the next collection
         gc.collect()
@@ -2730,7 +2950,7 @@ class FakeViewConversionTest(TestCase):
         fakes[0].sum().backward()
         mode_ref = weakref.ref(mode)
         del mode, fakes
-        gc.collect()
+        _collect_twice()
         self.assertIsNone(mode_ref())
 
     def test_view_conversion_invisible_to_user_modes_and_stacks_restored(self):
@@ -3369,7 +3589,7 @@ class _PatchsetModeRecorder:
         return self._patch.__exit__(*exc)
 
     def alive_after_gc(self):
-        gc.collect()
+        _collect_twice()
         return sum(ref() is not None for ref in self.refs)
 
 

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Set
 
 import pytest
 
@@ -80,17 +81,25 @@ def test_this_interpreter_loads_the_overlay() -> None:
     assert Path(proxy_tensor.__file__) == REPO / "torch_overlay/torch/fx/experimental/proxy_tensor.py"
 
 
+# Upstream tests that free a memoized fake by dropping its last reference: the series keeps
+# memoized fakes owned by Python until the cyclic gc runs, and adds gc.collect() to them.
+UPSTREAM_TESTS_NEEDING_GC = {"test_dead_weak_ref", "test_no_ref_cycle"}
+
+
 def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
     """`apply` the real series to a minimal checkout, then run the checkout's
     test/test_fake_tensor.py as a script, the way a source build would: it runs upstream's
-    tests and every test the patches add (the file the repo keeps as generated)."""
-    def tests_ran(checkout: Path) -> int:
+    tests and every test the patches add (the file the repo keeps as generated).  Upstream's
+    unpatched file passes too, but for the tests the series changes on purpose."""
+    def tests_ran(checkout: Path, failing: Set[str] = frozenset()) -> int:
         # CI=true makes upstream's run_tests() write XML reports through xmlrunner, which
         # upstream's CI installs and a source build does not need.
         env = {k: v for k, v in os.environ.items() if k != "CI"}
         run = subprocess.run([sys.executable, "test_fake_tensor.py"], cwd=checkout / "test",
                              capture_output=True, text=True, env=env)
-        assert run.returncode == 0, run.stderr[-3000:]
+        failed = set(re.findall(r"^(?:FAIL|ERROR): (\w+) ", run.stderr, re.M))
+        assert failed == failing, run.stderr[-3000:]
+        assert (run.returncode == 0) == (not failing), run.stderr[-3000:]
         summary = [line for line in run.stderr.splitlines() if line.startswith("Ran ")]
         assert len(summary) == 1, run.stderr[-3000:]
         return int(summary[0].split()[1])
@@ -103,7 +112,7 @@ def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
     assert (patched / "test" / "test_fake_tensor.py").read_bytes() == generated.read_bytes()
     everything = collected_tests(generated)
     assert everything >= len(ast_test_methods(generated)) > 0
-    assert tests_ran(patched) == everything > tests_ran(pristine)
+    assert tests_ran(patched) == everything > tests_ran(pristine, UPSTREAM_TESTS_NEEDING_GC)
 
 
 def collected_tests(path: Path) -> int:

@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "W1", "W2", "W3", "W3v", "W4", "F1", "S1", "S2")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "W1", "W2", "W3", "W3v", "W4", "F1", "S1", "S2", "S3")
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
@@ -69,10 +69,13 @@ FULL_SIZES: Dict[str, int] = {
     "s1_tensors": 300,
     "s1_rounds": 20,
     "s2_inner": 3000,
+    "s3_runs": 50,
+    "s3_rounds": 300,
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
     r1_traces=20, r_traces=10, m_traces=2, f1_elements=5_000_000, s1_rounds=3,
+    s3_runs=3,
 )
 STRESS_PREFIX = "STRESS_RESULT "
 
@@ -715,6 +718,64 @@ def stress_threads(n_threads: int, n: int, rounds: int, keep: bool) -> Dict[str,
     return out
 
 
+S3_LINKS = ("view", "saved", "grad", "none")
+
+
+def stress_link(fake: Any, mode: Any, link: str) -> Tuple[Any, Callable[[Any], Any]]:
+    """Another tensor whose TensorImpl refers to fake, as user code makes one, and how to read
+    fake back from it (test_fake_tensor.py's MemoizedFakeOwnershipTest links the same ways)."""
+    import torch
+
+    if link == "view":
+        return fake[1:], lambda holder: holder._base
+    if link == "saved":
+        weight = torch.ones_like(fake, requires_grad=True)
+        return weight * fake, lambda holder: holder.grad_fn._saved_other
+    holder = mode.from_tensor(torch.zeros(fake.shape))
+    holder.grad = fake
+    return holder, lambda holder: holder.grad
+
+
+def stress_links(link: str, n_threads: int, rounds: int) -> Dict[str, int]:
+    """Threads share one mode over the same 64 tensors; each converts one, links the fake to
+    another tensor, drops the fake, converts again (a memo hit that must return the linked
+    fake) and drops the link every other time."""
+    import threading
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    sys.setswitchinterval(1e-6)
+    mode = FakeTensorMode()
+    reals = [torch.randn(16) for _ in range(64)]
+    counts = [[0, 0] for _ in range(n_threads)]
+
+    def work(k: int) -> None:
+        c = counts[k]
+        for i in range(rounds):
+            try:
+                t = reals[(i * 7 + k) % len(reals)]
+                fake = mode.from_tensor(t)
+                holder, read = (None, None) if link == "none" else stress_link(fake, mode, link)
+                del fake
+                again = mode.from_tensor(t)
+                if read is not None and again is not read(holder):
+                    c[1] += 1
+                if i % 2:
+                    holder = None
+                (again * 2).sum()
+                again = None
+            except Exception:
+                c[0] += 1
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"errors": sum(c[0] for c in counts), "wrong": sum(c[1] for c in counts)}
+
+
 def stress_reentrant(n: int) -> Dict[str, int]:
     """gc at (nearly) every allocation; a gc callback converts another tensor with the same
     mode, so conversions run inside the conversions that were running when gc started."""
@@ -773,6 +834,8 @@ def stress_child_main(argv: List[str]) -> None:
     kind = argv[0]
     if kind == "threads":
         result = stress_threads(int(argv[1]), int(argv[2]), int(argv[3]), argv[4] == "keep")
+    elif kind == "links":
+        result = stress_links(argv[1], int(argv[2]), int(argv[3]))
     else:
         result = stress_reentrant(int(argv[1]))
     print(STRESS_PREFIX + json.dumps(result), flush=True)
@@ -786,6 +849,24 @@ def run_stress_child(*argv: Any) -> Tuple[Optional[Dict[str, int]], int]:
         if line.startswith(STRESS_PREFIX):
             return json.loads(line[len(STRESS_PREFIX):]), proc.returncode
     return None, proc.returncode
+
+
+def work_s3(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for link in S3_LINKS:
+        for n_threads in (4, 8):
+            p = f"{link}.t{n_threads}."
+            totals = {"crashed": 0, "errors": 0, "wrong": 0}
+            for _ in range(sizes["s3_runs"]):
+                result, _ = run_stress_child("links", link, n_threads, sizes["s3_rounds"])
+                if result is None:
+                    totals["crashed"] += 1
+                    continue
+                totals["errors"] += result["errors"]
+                totals["wrong"] += result["wrong"]
+            for key, value in totals.items():
+                out[p + key] = value
+    return out
 
 
 def work_s1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
@@ -829,6 +910,7 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "F1": work_f1,
     "S1": work_s1,
     "S2": work_s2,
+    "S3": work_s3,
 }
 
 
@@ -1015,6 +1097,11 @@ ROWS["S1"] = [
     )
     if fakes == "keep" or key != "duplicates"
 ]
+ROWS["S3"] = [
+    (f"{link}.t{n}.{key}", f"link {link}, {n} threads: {label}", "count")
+    for link in S3_LINKS for n in (4, 8)
+    for key, label in (("crashed", "runs crashed"), ("errors", "errors"), ("wrong", "wrong fakes"))
+]
 ROWS["S2"] = [
     ("crashed", "runs crashed (of 1)", "count"),
     ("exit", "exit code", "count"),
@@ -1049,6 +1136,9 @@ TITLES = {
     "S1": "S1 threads sharing one mode, each converting the same {s1_tensors:,} tensors (views, "
           "dtype views, views of non-leaves, Parameters with grads) in its own order, "
           "{s1_rounds:,} rounds, switch interval 1 µs; one child process per line group",
+    "S3": "S3 fakes linked into C++ (a view, a tensor saved for backward, a .grad, or none) "
+          "and dropped while other threads convert: {s3_runs:,} fresh processes per line group, "
+          "{s3_rounds:,} rounds per thread over 64 shared tensors, switch interval 1 µs",
     "S2": "S2 re-entrant: gc threshold 1, a gc callback converting with the same mode "
           "({s2_inner:,} conversions from inside conversions)",
 }
@@ -1161,6 +1251,9 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
         for key, _, kind in ROWS["S1"]:
             if key.split(".")[1] in ("crashed", "exit", "errors", "wrong", "duplicates"):
                 out[key] = ("0", verdict(cmp(key, lambda v: v == 0)))
+    if workload == "S3":
+        for key, _, _ in ROWS["S3"]:
+            out[key] = ("0", verdict(cmp(key, lambda v: v == 0)))
     if workload == "S2":
         for key in ("crashed", "exit", "inner_wrong", "outer_wrong", "errors"):
             out[key] = ("0", verdict(cmp(key, lambda v: v == 0)))

@@ -255,3 +255,27 @@ def commit_series(project: Project, runner: Runner, edits: Sequence[SeriesEdit],
 @pytest.fixture
 def runner() -> Runner:
     return Runner(echo=False)
+
+
+# ---- a Debian source package with a patch of its own -----------------------------------------
+
+DEBIAN_OWN_PATCH = b"""Description: Debian's own change to setup.py
+Author: A Debian Maintainer <maint@example.org>
+Forwarded: not-needed
+---
+--- a/setup.py
++++ b/setup.py
+@@ -1 +1 @@
+-# untouched
++# changed by Debian
+"""
+DEBIAN_SERIES = "# the package's own patches\n0001-debian-setup.patch\n"
+
+
+def package_tree(root: Path, files: Mapping[str, bytes]) -> Path:
+    """An unpacked source package: files, a setup.py, and a debian/patches holding one patch of
+    the package's own (to setup.py) in its series."""
+    series_io.write_files(root, {**files, "setup.py": b"# untouched\n"})
+    series_io.write_files(root / "debian/patches", {"series": DEBIAN_SERIES.encode(),
+                                                    "0001-debian-setup.patch": DEBIAN_OWN_PATCH})
+    return root

@@ -15,7 +15,7 @@ with `base-commit: <upstream's v1.13.1 commit>` (patches/base.json), which b4 an
 quilt: a `debian/patches` directory (`series` + one file per patch) whose patches carry DEP-3
 headers before the diff. Per-patch DEP-3 metadata lives in the commit message as git trailers in
 its last paragraph, so it travels with the commit through `git am`, rebases and `refresh`:
-    Bug: pytorch/pytorch#80544
+    Bug: https://github.com/pytorch/pytorch/issues/80544
     Forwarded: no
 (also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header;
 Forwarded defaults to `no`. Origin names the series by the sha256 of its patch files (no URL),
@@ -189,9 +189,8 @@ def dep3_header(meta: Mapping[str, str], origin: str, last_update: str) -> str:
     header = description_field(meta["subject"], strip_trailers(meta["body"], dep3))
     header += f"Author: {meta['name']} <{meta['email']}>\n"
     header += f"Origin: {origin}\n"
-    for key in ("Bug", "Bug-Debian", "Applied-Upstream"):
-        if key in fields:
-            header += f"{key}: {fields[key]}\n"
+    for key in ("Bug", "Bug-Debian", "Applied-Upstream"):  # each trailer, several Bug: included
+        header += "".join(f"{k}: {v}\n" for k, v in dep3 if k == key)
     header += f"Forwarded: {fields.get('Forwarded', 'no')}\n"
     header += f"Last-Update: {last_update}\n"
     return header

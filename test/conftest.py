@@ -204,7 +204,8 @@ SMALL_BASE: Dict[str, bytes] = {
 }
 IDENTITY = {"name": "Fake Tensor Patch Set", "email": "patchset@example.invalid",
             "date": "2026-12-02T00:00:00+00:00"}
-BASE_PIN = {"upstream_tag": "v1.13.1", "tree_dir": "pytorch-1.13.1", "debian_source_package": "pytorch",
+UPSTREAM_COMMIT = "49444c3e546bf240bed24a101e747422d1f8a0ee"
+BASE_PIN = {"upstream_tag": "v1.13.1", "upstream_commit": UPSTREAM_COMMIT, "tree_dir": "pytorch-1.13.1", "debian_source_package": "pytorch",
             "debian_source_version": "1.13.1+dfsg-4", "system_python": "/usr/bin/python3.11"}
 
 
@@ -213,6 +214,7 @@ class SeriesEdit(NamedTuple):
     message: str
     files: Mapping[str, bytes]
     author_date: Optional[str] = None  # None: the date of patches/identity.json
+    author: Optional[Tuple[str, str]] = None  # (name, email); None: patches/identity.json's
 
 
 def make_small_project(root: Path, files: Mapping[str, bytes] = SMALL_BASE) -> Project:
@@ -244,6 +246,8 @@ def commit_series(project: Project, runner: Runner, edits: Sequence[SeriesEdit],
         env = series_io.commit_env(project)
         if edit.author_date is not None:
             env["GIT_AUTHOR_DATE"] = edit.author_date
+        if edit.author is not None:
+            env["GIT_AUTHOR_NAME"], env["GIT_AUTHOR_EMAIL"] = edit.author
         commit(repo, runner, edit.message, edit.files, env)
     return series_io.format_series(repo, base, project.patches, runner)
 
@@ -251,3 +255,27 @@ def commit_series(project: Project, runner: Runner, edits: Sequence[SeriesEdit],
 @pytest.fixture
 def runner() -> Runner:
     return Runner(echo=False)
+
+
+# ---- a Debian source package with a patch of its own -----------------------------------------
+
+DEBIAN_OWN_PATCH = b"""Description: Debian's own change to setup.py
+Author: A Debian Maintainer <maint@example.org>
+Forwarded: not-needed
+---
+--- a/setup.py
++++ b/setup.py
+@@ -1 +1 @@
+-# untouched
++# changed by Debian
+"""
+DEBIAN_SERIES = "# the package's own patches\n0001-debian-setup.patch\n"
+
+
+def package_tree(root: Path, files: Mapping[str, bytes]) -> Path:
+    """An unpacked source package: files, a setup.py, and a debian/patches holding one patch of
+    the package's own (to setup.py) in its series."""
+    series_io.write_files(root, {**files, "setup.py": b"# untouched\n"})
+    series_io.write_files(root / "debian/patches", {"series": DEBIAN_SERIES.encode(),
+                                                    "0001-debian-setup.patch": DEBIAN_OWN_PATCH})
+    return root

@@ -1,23 +1,35 @@
-"""`patchset export`: a git series with cover letter (for `git am`) and a quilt directory (DEP-3).
+"""`patchset export`: a git series with cover letter (for `git am`), a quilt directory (DEP-3),
+and the quilt patches dropped into a package's debian/patches after its own.
 
-Both exports are applied for real: `git am` into a repo of the pristine base files, and
-`quilt push -a` / `quilt pop -a` on a copy of a small source tree.
+Every export is applied for real: `git am` into a repo of the pristine base files on a machine
+without a git identity, `quilt push -a` / `quilt pop -a` on a copy of a small source tree, and
+the package's own patches then ours. Exports name a real author, never the placeholder identity
+of patches/: given with --author, else git's configured one, else the export fails.
 """
 import argparse
+import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
-from typing import Sequence
+from typing import Dict, Optional, Sequence
 
 import pytest
 from conftest import (
     IDENTITY,
     SMALL_BASE,
+    UPSTREAM_COMMIT,
     SeriesEdit,
     commit_series,
+    DEBIAN_OWN_PATCH,
+    DEBIAN_SERIES,
+    copy_tool,
     make_small_project,
+    run_tool,
     sha,
     tree_hashes,
 )
+from conftest import package_tree as conftest_package_tree
 
 from patchset_lib import export_cmd, series_io
 from patchset_lib.common import PatchsetError, Project, Runner, read_series
@@ -25,7 +37,8 @@ from patchset_lib.common import PatchsetError, Project, Runner, read_series
 PRISTINE = SMALL_BASE
 COVER = "Subject of the series\n\nWhat the series does, briefly.\n"
 FIRST_MESSAGE = ("Weak memo for converters\n\nWhy: finalizers leak.\n\nWhat: weak refs we own.\n\n"
-                 "Bug: pytorch/pytorch#80544\nForwarded: no\n")
+                 "Bug: https://github.com/pytorch/pytorch/issues/80544\n"
+                 "Bug: https://github.com/pytorch/pytorch/pull/12345\nForwarded: no\n")
 RESULT = {
     "torch/_subclasses/meta_utils.py": b"def meta():\n    return 10\n",
     "torch/_subclasses/fake_tensor.py": b"def fake():\n    return 20\n",
@@ -37,10 +50,12 @@ EDITS: Sequence[SeriesEdit] = (
                author_date="2026-12-02T09:00:00+00:00"),
     SeriesEdit("Fallback aliasing\n\nOutputs alias inputs.\n",
                {"torch/_subclasses/fake_tensor.py": RESULT["torch/_subclasses/fake_tensor.py"]},
-               author_date="2026-12-02T09:10:00+00:00"),
+               author_date="2026-12-02T09:10:00+00:00",
+               author=("Patchset Dev", "dev@fake-tensor-patchset.invalid")),
     SeriesEdit("Add patch-set tests to test_fake_tensor.py\n\nGenerated.\n",
                {"test/test_fake_tensor.py": RESULT["test/test_fake_tensor.py"]},
-               author_date="2026-12-02T00:00:00+00:00"),
+               author_date="2026-12-02T00:00:00+00:00",
+               author=("Real Contributor", "rc@example.org")),
 )
 
 
@@ -52,8 +67,37 @@ def project(tmp_path: Path, runner: Runner) -> Project:
     return project
 
 
-def export(project: Project, runner: Runner, fmt: str, out: Path) -> int:
-    return export_cmd.cmd_export(project, runner, argparse.Namespace(format=fmt, out=str(out)))
+AUTHOR = "Jane Packager <jane@example.org>"
+# A placeholder address anywhere in an export: the identity of patches/ or any `.invalid` one.
+PLACEHOLDER = re.compile(r"[@.][\w.-]*\.invalid\b")
+
+
+def export(project: Project, runner: Runner, fmt: Optional[str], out: Optional[Path] = None,
+           author: Optional[str] = AUTHOR, debian_patches: Optional[Path] = None,
+           subdir: str = "fake-tensor") -> int:
+    args = argparse.Namespace(format=fmt, out=None if out is None else str(out), author=author,
+                              debian_patches=None if debian_patches is None else str(debian_patches),
+                              subdir=subdir)
+    return export_cmd.cmd_export(project, runner, args)
+
+
+def placeholder_hits(root: Path) -> Dict[str, str]:
+    return {str(p.relative_to(root)): m.group(0) for p in sorted(root.rglob("*")) if p.is_file()
+            for m in [PLACEHOLDER.search(p.read_text())] if m}
+
+
+@pytest.fixture
+def no_git_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine where git knows nobody (as CI's root may be): no config, no identity variables."""
+    home = tmp_path / "home-without-gitconfig"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+                 "EMAIL"):
+        monkeypatch.delenv(name, raising=False)
 
 
 # ---- git ---------------------------------------------------------------------------------------
@@ -81,34 +125,45 @@ def test_git_cover_letter_has_subject_blurb_base(project: Project, runner: Runne
     assert "PyTorch tag v1.13.1" in cover
     for path, data in PRISTINE.items():
         assert f"{sha(data)}  {path}" in cover
-    base = series_io.make_base_repo(PRISTINE, tmp_path / "base", runner)
-    assert cover.rstrip().endswith(f"base-commit: {base}")
+    # upstream's v1.13.1 commit, which b4 and GitHub resolve (not the tool's temp repo's)
+    assert cover.endswith(f"\n\nbase-commit: {UPSTREAM_COMMIT}\n")
+    assert cover.count("base-commit:") == 1
+    assert f"\nFrom: {AUTHOR}\n" in cover
     first = (tmp_path / "out/0001-Weak-memo-for-converters.patch").read_text()
+    assert f"\nFrom: {AUTHOR}\n" in first
     assert "Subject: [PATCH 1/3] Weak memo for converters" in first
     assert "Date: Wed, 2 Dec 2026 09:00:00 +0000" in first
     for path in (tmp_path / "out").iterdir():
-        assert "://" not in path.read_text()
+        assert re.findall(r"\w+://[^/\s]+", path.read_text()) in ([], ["https://github.com"] * 2)
 
 
-def test_git_export_applies_with_git_am(project: Project, runner: Runner, tmp_path: Path) -> None:
+def test_git_export_applies_with_the_printed_git_am_without_a_git_identity(
+        project: Project, runner: Runner, tmp_path: Path, no_git_identity: None,
+        capsys: pytest.CaptureFixture) -> None:
     export(project, runner, "git", tmp_path / "out")
+    printed = capsys.readouterr().out.splitlines()
+    command = printed[printed.index(next(l for l in printed if l.startswith("apply on a v1.13.1"))) + 1]
     repo = tmp_path / "am"
     base = series_io.make_base_repo(PRISTINE, repo, runner)
-    patches = sorted(p for p in (tmp_path / "out").iterdir() if not p.name.startswith("0000-"))
-    env = {"GIT_COMMITTER_NAME": "someone", "GIT_COMMITTER_EMAIL": "someone@example.invalid"}
-    series_io.am_series(repo, patches, runner, env)
+    plain_am = subprocess.run("git am -q " + " ".join(str(p) for p in sorted(
+        (tmp_path / "out").glob("000[1-9]-*.patch"))), shell=True, cwd=repo, capture_output=True,
+        text=True)
+    assert plain_am.returncode != 0 and "identity unknown" in plain_am.stderr  # the trap
+    runner.git("am", "--abort", cwd=repo, check=False, capture=True)
+    am = subprocess.run(command.strip(), shell=True, cwd=repo, capture_output=True, text=True)
+    assert am.returncode == 0, am.stderr
     assert series_io.read_files(repo, RESULT) == RESULT
-    log = runner.git("log", "--reverse", "--format=%an|%ae|%aI|%s", f"{base}..HEAD", cwd=repo,
-                     capture=True).stdout.splitlines()
-    assert log == [
-        f"{IDENTITY['name']}|{IDENTITY['email']}|2026-12-02T09:00:00+00:00|Weak memo for converters",
-        f"{IDENTITY['name']}|{IDENTITY['email']}|2026-12-02T09:10:00+00:00|Fallback aliasing",
-        f"{IDENTITY['name']}|{IDENTITY['email']}|2026-12-02T00:00:00+00:00|"
+    log = runner.git("log", "--reverse", "--format=%an <%ae>|%cn <%ce>|%aI|%s", f"{base}..HEAD",
+                     cwd=repo, capture=True).stdout.splitlines()
+    assert log == [  # placeholder authors replaced, a real one kept; the exporter committed
+        f"{AUTHOR}|{AUTHOR}|2026-12-02T09:00:00+00:00|Weak memo for converters",
+        f"{AUTHOR}|{AUTHOR}|2026-12-02T09:10:00+00:00|Fallback aliasing",
+        f"Real Contributor <rc@example.org>|{AUTHOR}|2026-12-02T00:00:00+00:00|"
         "Add patch-set tests to test_fake_tensor.py",
     ]
     trailers = runner.git("log", "-1", "--format=%(trailers:only,unfold)", "HEAD~2",
                           cwd=repo, capture=True).stdout
-    assert "Bug: pytorch/pytorch#80544" in trailers
+    assert "Bug: https://github.com/pytorch/pytorch/issues/80544" in trailers
 
 
 # ---- quilt -------------------------------------------------------------------------------------
@@ -127,9 +182,10 @@ def test_quilt_export_has_dep3_headers(project: Project, runner: Runner, tmp_pat
         " Why: finalizers leak.",
         " .",
         " What: weak refs we own.",
-        f"Author: {IDENTITY['name']} <{IDENTITY['email']}>",
+        f"Author: {AUTHOR}",
         f"Origin: vendor, fake-tensor patch set for PyTorch v1.13.1 (series sha256 {series_sha})",
-        "Bug: pytorch/pytorch#80544",
+        "Bug: https://github.com/pytorch/pytorch/issues/80544",
+        "Bug: https://github.com/pytorch/pytorch/pull/12345",
         "Forwarded: no",
         "Last-Update: 2026-12-02",
     ]
@@ -137,9 +193,12 @@ def test_quilt_export_has_dep3_headers(project: Project, runner: Runner, tmp_pat
     assert "\ndiff --git a/torch/_subclasses/meta_utils.py b/torch/_subclasses/meta_utils.py\n" in diff
     second = (out / names[1]).read_text()
     assert "\nForwarded: no\n" in second and "\nBug:" not in second
+    assert f"\nAuthor: {AUTHOR}\n" in second  # the other placeholder identity, replaced too
+    assert "\nAuthor: Real Contributor <rc@example.org>\n" in (out / names[2]).read_text()
     for name in names:
         text = (out / name).read_text()
-        assert not text.startswith("From ") and "\nFrom: " not in text and "://" not in text
+        assert not text.startswith("From ") and "\nFrom: " not in text
+        assert set(re.findall(r"\w+://[^/\s]+", text)) <= {"https://github.com"}
         assert text.startswith("Description: ")
 
 
@@ -166,6 +225,159 @@ def test_quilt_push_and_pop_on_a_source_tree(project: Project, runner: Runner, t
                         check=False)
     assert popped.returncode == 0, popped.stdout + popped.stderr
     assert tree_hashes(tree, skip=".pc") == before
+
+
+# ---- the author -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["git", "quilt"])
+def test_no_placeholder_identity_in_an_export(project: Project, runner: Runner, tmp_path: Path,
+                                              fmt: str) -> None:
+    assert placeholder_hits(project.patches) != {}  # the series itself has two
+    export(project, runner, fmt, tmp_path / "out")
+    assert placeholder_hits(tmp_path / "out") == {}
+    assert IDENTITY["name"] not in "".join(p.read_text() for p in (tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("how", ["environment", "git config"])
+def test_author_defaults_to_gits_configured_identity(project: Project, runner: Runner, tmp_path: Path,
+                                                     no_git_identity: None, how: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    if how == "environment":
+        monkeypatch.setenv("GIT_AUTHOR_NAME", "Jane Packager")
+        monkeypatch.setenv("GIT_AUTHOR_EMAIL", "jane@example.org")
+    else:
+        config = tmp_path / "gitconfig"
+        config.write_text("[user]\n\tname = Jane Packager\n\temail = jane@example.org\n")
+        monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    export(project, runner, "quilt", tmp_path / "out", author=None)
+    first = (tmp_path / "out" / "0001-Weak-memo-for-converters.patch").read_text()
+    assert f"\nAuthor: {AUTHOR}\n" in first
+
+
+def test_no_git_identity_fails_clearly_and_writes_nothing(project: Project, runner: Runner,
+                                                          tmp_path: Path, no_git_identity: None) -> None:
+    for fmt in ("git", "quilt"):
+        with pytest.raises(PatchsetError, match=r"no author .*--author 'Your Name <you@example.org>'"
+                                                r".*git config --global user.name"):
+            export(project, runner, fmt, tmp_path / "out", author=None)
+        assert not (tmp_path / "out").exists()
+
+
+def test_cli_without_identity_exits_1_naming_the_fix(project: Project, tmp_path: Path,
+                                                    no_git_identity: None) -> None:
+    copy_tool(project.root)
+    proc = run_tool(project.root, "export", "--format", "git", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    assert "patchset export: error: no author for the exported patches" in proc.stderr
+    assert "--author" in proc.stderr and "git config --global user.email" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given, error", [
+    ("Fake Tensor Patch Set <patchset@example.invalid>", "placeholder address"),
+    ("jane@example.org", "not of the form 'Name <email>'"),
+    ("Jane <not-an-address>", "not of the form 'Name <email>'"),
+])
+def test_bad_author_is_refused(project: Project, runner: Runner, tmp_path: Path, given: str,
+                               error: str) -> None:
+    with pytest.raises(PatchsetError, match=error):
+        export(project, runner, "git", tmp_path / "out", author=given)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- into a package's debian/patches ---------------------------------------------------------
+
+def package_tree(root: Path) -> Path:
+    return conftest_package_tree(root, {**PRISTINE, "torch/_subclasses/__init__.py": b""})
+
+
+def source_hashes(tree: Path) -> Dict[str, str]:
+    """The tree's files outside debian/ and quilt's .pc/."""
+    return {p: h for p, h in tree_hashes(tree, skip="debian").items() if not p.startswith(".pc/")}
+
+
+def quilt(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["quilt", "--quiltrc", "-", *args], cwd=tree, capture_output=True, text=True,
+                          env={**os.environ, "QUILT_PATCHES": "debian/patches"})
+
+
+def test_drop_in_keeps_the_package_series_first_and_quilt_applies_all(
+        project: Project, runner: Runner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tree = package_tree(tmp_path / "pytorch-1.13.1")
+    dp = tree / "debian/patches"
+    orig = source_hashes(tree)
+    assert export(project, runner, None, debian_patches=dp) == 0
+    ours = [p.name for p in read_series(project)]
+    assert (dp / "series").read_text() == DEBIAN_SERIES + "".join(f"fake-tensor/{n}\n" for n in ours)
+    assert (dp / "0001-debian-setup.patch").read_bytes() == DEBIAN_OWN_PATCH
+    export(project, runner, "quilt", tmp_path / "q")  # the same bytes as the plain quilt export
+    assert tree_hashes(dp / "fake-tensor") == {n: h for n, h in tree_hashes(tmp_path / "q").items()
+                                               if n != "series"}
+    assert "3 entries appended after the package's own" in capsys.readouterr().out
+
+    pushed = quilt(tree, "push", "-a")
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    assert quilt(tree, "applied").stdout.split() == [
+        "0001-debian-setup.patch", *[f"fake-tensor/{n}" for n in ours]]
+    assert source_hashes(tree) == {**orig, "setup.py": sha(b"# changed by Debian\n"),
+                                   **{p: sha(d) for p, d in RESULT.items()}}
+    assert quilt(tree, "pop", "-a").returncode == 0
+    assert source_hashes(tree) == orig
+
+
+def test_drop_in_twice_changes_nothing(project: Project, runner: Runner, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture) -> None:
+    dp = package_tree(tmp_path / "pkg") / "debian/patches"
+    export(project, runner, None, debian_patches=dp)
+    first = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in dp.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert export(project, runner, None, debian_patches=dp) == 0
+    assert "already in place" in capsys.readouterr().out
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in dp.rglob("*") if p.is_file()} == first
+
+
+@pytest.mark.parametrize("setup, error", [
+    ("no series", "has no series file, so it is not a quilt patch directory"),
+    ("series lists a missing patch", "lists 0002-gone.patch, which is not in"),
+    ("foreign file in subdir", "holds other.patch, which is not a patch of this series"),
+    ("our name, other bytes", "0001-Weak-memo-for-converters.patch exists with other contents"),
+    ("series lists another patch under subdir", "lists fake-tensor/old.patch, which is not a patch"),
+    ("series lists some of ours", "lists only some of this series' patches"),
+    ("other author", "exists with other contents"),
+])
+def test_drop_in_refusals_change_nothing(project: Project, runner: Runner, tmp_path: Path,
+                                         setup: str, error: str) -> None:
+    dp = package_tree(tmp_path / "pkg") / "debian/patches"
+    first = "0001-Weak-memo-for-converters.patch"
+    if setup == "no series":
+        (dp / "series").unlink()
+    elif setup == "series lists a missing patch":
+        (dp / "series").write_text(DEBIAN_SERIES + "0002-gone.patch\n")
+    elif setup == "foreign file in subdir":
+        series_io.write_files(dp / "fake-tensor", {"other.patch": b"x\n"})
+    elif setup == "our name, other bytes":
+        series_io.write_files(dp / "fake-tensor", {first: b"an older version\n"})
+    elif setup == "series lists another patch under subdir":
+        series_io.write_files(dp / "fake-tensor", {"old.patch": b"x\n"})
+        (dp / "series").write_text(DEBIAN_SERIES + "fake-tensor/old.patch\n")
+    elif setup == "series lists some of ours":
+        export(project, runner, None, debian_patches=dp)
+        (dp / "series").write_text(DEBIAN_SERIES + f"fake-tensor/{first}\n")
+    elif setup == "other author":
+        export(project, runner, None, debian_patches=dp)
+    before = {p: p.read_bytes() for p in dp.rglob("*") if p.is_file()}
+    with pytest.raises(PatchsetError, match=re.escape(error)):
+        export(project, runner, None, debian_patches=dp,
+               author="Someone Else <else@example.org>" if setup == "other author" else AUTHOR)
+    assert {p: p.read_bytes() for p in dp.rglob("*") if p.is_file()} == before
+
+
+def test_drop_in_takes_the_quilt_format_only(project: Project, runner: Runner, tmp_path: Path) -> None:
+    dp = package_tree(tmp_path / "pkg") / "debian/patches"
+    with pytest.raises(PatchsetError, match="quilt format only"):
+        export(project, runner, "git", debian_patches=dp)
+    assert (dp / "series").read_text() == DEBIAN_SERIES and not (dp / "fake-tensor").exists()
 
 
 # ---- refusals ----------------------------------------------------------------------------------

@@ -3,8 +3,10 @@ end-to-end run on a synthetic checkout with a throwaway project venv and overlay
 """
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -255,6 +257,84 @@ def test_patched_side_loading_the_system_file_is_an_error(
     checkout = make_checkout(tmp_path / "checkout")
     with pytest.raises(PatchsetError, match="patched run loaded torch._subclasses.fake_tensor from /usr/lib"):
         ut.run_upstream_tests(installed_project, Runner(log_file=None, echo=False), checkout,
+                              [ut.Selection("test/test_synth.py")])
+
+
+CHECKOUT_EDIT = b"\nPATCHSET_CHECKOUT_EDIT = True  # edited in the checkout after apply\n"
+EDIT_TEST = '''\
+import torch._subclasses.fake_tensor as ft
+
+
+def test_sees_the_checkout_edit():
+    assert getattr(ft, "PATCHSET_CHECKOUT_EDIT", False)
+
+
+def test_sees_the_series():
+    assert getattr(ft, "PATCHSET_TEST_OVERLAY", False)
+'''
+
+
+def patched_checkout(root: Path, project: Project) -> Path:
+    """make_checkout plus the overlaid modules as `apply` leaves them (the overlay's bytes)."""
+    checkout = make_checkout(root)
+    (checkout / "test" / "test_edit.py").write_text(EDIT_TEST)
+    for path in fixtures.OVERLAID:
+        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / path).write_bytes((project.overlay / path).read_bytes())
+    return checkout
+
+
+def table_rows(out: str) -> dict:
+    return {line.split()[0]: line.split() for line in out.splitlines()
+            if line.strip().split(" ")[0] in ut.OUTCOMES}
+
+
+def upstream_tests_cli(project: Project, checkout: Path, *files: str) -> int:
+    args = argparse.Namespace(checkout=str(checkout), files=list(files), keyword=None, python=None)
+    return ut.cmd_upstream_tests(project, Runner(log_file=None, echo=False), args)
+
+
+def test_checkout_edit_is_what_the_patched_side_tests(
+    tmp_path: Path, installed_project: Project, capsys: pytest.CaptureFixture
+) -> None:
+    checkout = patched_checkout(tmp_path / "checkout", installed_project)
+    fake = checkout / "torch/_subclasses/fake_tensor.py"
+    assert upstream_tests_cli(installed_project, checkout, "test_edit.py") == 0  # not edited yet
+    out = capsys.readouterr().out
+    assert table_rows(out)["passed"] == ["passed", "0", "|", "1"] and "differing from" not in out
+    fake.write_bytes(fake.read_bytes() + CHECKOUT_EDIT)  # what a packager does before refresh
+    assert upstream_tests_cli(installed_project, checkout, "test_edit.py") == 0
+    out = capsys.readouterr().out
+    assert table_rows(out)["passed"] == ["passed", "0", "|", "2"]
+    assert "fixed by the series: 2" in out
+    assert "torch/_subclasses/fake_tensor.py" in out.split("differing from", 1)[1].splitlines()[0]
+    # the overlay is untouched: it is the checkout's file that ran
+    assert CHECKOUT_EDIT not in (installed_project.overlay / "torch/_subclasses/fake_tensor.py").read_bytes()
+
+
+@pytest.mark.parametrize("state, error", [
+    ("unpatched", "holds the unpatched 1.13.1 files; apply the series first"),
+    ("missing", "has no torch/_subclasses/meta_utils.py, which the series makes; apply the series"),
+])
+def test_checkout_without_the_series_is_refused(tmp_path: Path, installed_project: Project,
+                                                state: str, error: str) -> None:
+    checkout = patched_checkout(tmp_path / "checkout", installed_project)
+    for path in fixtures.OVERLAID:
+        if state == "unpatched":
+            (checkout / path).write_bytes((fixtures.SYSTEM_TORCH.parent / path).read_bytes())
+    if state == "missing":
+        (checkout / "torch/_subclasses/meta_utils.py").unlink()
+    with pytest.raises(PatchsetError, match=error):
+        upstream_tests_cli(installed_project, checkout, "test_edit.py")
+
+
+def test_fresh_setup_is_told_overlay_then_install(tmp_path: Path) -> None:
+    project = fixtures.make_project(tmp_path / "repo")
+    fixtures.make_venv(project.venv, system_site_packages=True)
+    shutil.rmtree(project.overlay / "torch")
+    checkout = make_checkout(tmp_path / "checkout")
+    with pytest.raises(PatchsetError, match=r"patchset overlay first, then ./build_scripts/patchset install$"):
+        ut.run_upstream_tests(project, Runner(log_file=None, echo=False), checkout,
                               [ut.Selection("test/test_synth.py")])
 
 

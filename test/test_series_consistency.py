@@ -133,9 +133,14 @@ def ast_test_methods(path: Path) -> list:
             for node in cls.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
 
 
+# Exports name a real author (CI's root may have no git identity, so the tests give one).
+EXPORT_AUTHOR = "Jane Packager <jane@example.org>"
+PLACEHOLDER = re.compile(r"[@.][\w.-]*\.invalid\b")
+
+
 def test_git_export_of_the_series_applies_with_git_am(tmp_path: Path) -> None:
     out = tmp_path / "git-export"
-    proc = tool("export", "--format", "git", "--out", str(out))
+    proc = tool("export", "--format", "git", "--out", str(out), "--author", EXPORT_AUTHOR)
     assert proc.returncode == 0, proc.stderr
     repo = pristine_tree(tmp_path / "repo")
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
@@ -148,11 +153,14 @@ def test_git_export_of_the_series_applies_with_git_am(tmp_path: Path) -> None:
                         capture_output=True, text=True)
     assert am.returncode == 0, am.stderr
     assert file_bytes(repo) == patched_bytes(tmp_path)
+    assert [p.name for p in out.iterdir() if PLACEHOLDER.search(p.read_text())] == []
+    cover = (out / "0000-cover-letter.patch").read_text()
+    assert cover.endswith("\nbase-commit: 49444c3e546bf240bed24a101e747422d1f8a0ee\n")
 
 
 def test_quilt_export_of_the_series_pushes_and_pops(tmp_path: Path) -> None:
     out = tmp_path / "debian-patches"
-    proc = tool("export", "--format", "quilt", "--out", str(out))
+    proc = tool("export", "--format", "quilt", "--out", str(out), "--author", EXPORT_AUTHOR)
     assert proc.returncode == 0, proc.stderr
     tree = pristine_tree(tmp_path / "pytorch-1.13.1")
     before = file_bytes(tree)
@@ -165,6 +173,35 @@ def test_quilt_export_of_the_series_pushes_and_pops(tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert pop.returncode == 0, pop.stdout + pop.stderr
     assert file_bytes(tree) == before
+    for name in (out / "series").read_text().split():
+        assert dep3_fields(out / name, commit_trailers(REPO / "patches" / name)) == [], name
+
+
+DEP3_ORDER = ("Description", "Author", "Origin", "Bug", "Forwarded", "Last-Update")
+
+
+def commit_trailers(patch: Path) -> dict:
+    """`Key: value` lines of the last paragraph of a patch file's commit message."""
+    paragraphs = patch.read_text().split("\n---\n", 1)[0].strip().split("\n\n")
+    return dict(line.split(": ", 1) for line in paragraphs[-1].splitlines() if ": " in line)
+
+
+def dep3_fields(patch: Path, trailers: dict) -> list:
+    """What is wrong with the DEP-3 header of an exported quilt patch (empty: nothing)."""
+    header = patch.read_text().split("\n---\n", 1)[0]
+    fields = dict(line.split(": ", 1) for line in header.splitlines()
+                  if not line.startswith(" ") and ": " in line)
+    wanted = [k for k in DEP3_ORDER if k != "Bug" or "Bug" in trailers]
+    problems = [f"missing {k}" for k in wanted if k not in fields]
+    if "Bug" in trailers and fields.get("Bug") != trailers["Bug"]:
+        problems.append(f"Bug is {fields.get('Bug')!r}, the commit says {trailers['Bug']!r}")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", fields.get("Last-Update", "")):
+        problems.append("Last-Update is not YYYY-MM-DD")
+    if PLACEHOLDER.search(fields.get("Author", "")) or "<" not in fields.get("Author", ""):
+        problems.append(f"Author {fields.get('Author')!r} is no real address")
+    if re.search(r"://(?!github\.com/)", fields.get("Origin", "")):
+        problems.append("Origin names a host other than github.com")
+    return problems
 
 
 # ---- the shape of the series -------------------------------------------------------------------

@@ -1,22 +1,26 @@
-"""`patchset export --format git|quilt --out DIR`: the series for a PR or for a Debian package.
+"""`patchset export --format git|quilt --out DIR`: the series for a PR or for a Debian package;
+`export --debian-patches DIR`: the quilt export dropped into a package's debian/patches.
 
 Both formats start the same way: a temp repo holding the pristine base files (one commit with a
-fixed identity, see `series_io.make_base_repo`), `git am` of patches/ on top with a fixed
-committer, so the result does not depend on the machine, the user's git config or the clock.
+fixed identity, see `series_io.make_base_repo`), `git am` of patches/ on top, then every commit
+whose author is a placeholder (see `authorship`) gets the exporter as author and committer, so
+the result depends on the author given and nothing else of the machine, its git config or clock.
 
-git: `git format-patch --cover-letter --base=<base commit>`, numbered `[PATCH n/m]`, for `git am`
-on a v1.13.1 checkout. The cover letter's subject and blurb come from patches/cover-letter.txt
+git: `git format-patch --cover-letter --from=<author>`, numbered `[PATCH n/m]`, for `git am` on
+a v1.13.1 checkout. The cover letter's subject and blurb come from patches/cover-letter.txt
 (first paragraph = subject, the rest = blurb) through the branch description, followed by a
-generated paragraph naming the base (tag v1.13.1) and the sha256 of the base files.
+generated paragraph naming the base (tag v1.13.1) and the sha256 of the base files, and ends
+with `base-commit: <upstream's v1.13.1 commit>` (patches/base.json), which b4 and GitHub resolve.
 
 quilt: a `debian/patches` directory (`series` + one file per patch) whose patches carry DEP-3
 headers before the diff. Per-patch DEP-3 metadata lives in the commit message as git trailers in
 its last paragraph, so it travels with the commit through `git am`, rebases and `refresh`:
-    Bug: pytorch/pytorch#80544
+    Bug: https://github.com/pytorch/pytorch/issues/80544
     Forwarded: no
 (also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header;
 Forwarded defaults to `no`. Origin names the series by the sha256 of its patch files (no URL),
-Last-Update is the date of patches/identity.json.
+Last-Update is the date of patches/identity.json. `debian_dropin` puts these files into a
+package's debian/patches after its own.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import series_io
+from .authorship import Author, export_author, is_placeholder
 from .common import (
     add_command,
     PatchsetError,
@@ -35,10 +40,12 @@ from .common import (
     Runner,
     base_pin,
     identity,
+    raise_if,
     read_base_hashes,
     read_series,
     sha256_bytes,
 )
+from .debian_dropin import DEFAULT_SUBDIR, SERIES, plan_drop_in, write_drop_in
 from .generated_tests import GENERATED_TESTS, check_tests
 
 COVER_LETTER = "cover-letter.txt"
@@ -62,8 +69,15 @@ def check_series(series: Sequence[Path]) -> Optional[str]:
     return f"patches/series lists missing files: {', '.join(missing)}" if missing else None
 
 
-def series_repo(project: Project, runner: Runner, workdir: Path) -> Tuple[Path, str]:
-    """Temp repo = pristine base commit + `git am` of patches/; returns (repo, base commit)."""
+def author_env(project: Project, author: Author) -> Dict[str, str]:
+    """The exporter as committer, at the fixed date: the export depends on nothing else."""
+    return {**series_io.am_env(project), "GIT_COMMITTER_NAME": author.name,
+            "GIT_COMMITTER_EMAIL": author.email}
+
+
+def series_repo(project: Project, runner: Runner, workdir: Path, author: Author) -> Tuple[Path, str]:
+    """Temp repo = pristine base commit + `git am` of patches/, placeholder authors replaced by
+    `author`; returns (repo, base commit)."""
     series = read_series(project) if project.series_file.is_file() else []
     error = check_series(series)
     if error:
@@ -72,6 +86,8 @@ def series_repo(project: Project, runner: Runner, workdir: Path) -> Tuple[Path, 
     pristine = series_io.pristine_files(project)
     base = series_io.make_base_repo(pristine, repo, runner)
     series_io.am_series(repo, series, runner, series_io.am_env(project))
+    series_io.reauthor(repo, base, lambda name, email: author if is_placeholder(email) else None,
+                       runner, author_env(project, author))
     warning = check_tests(project, series_io.read_files(repo, [p for p in GENERATED_TESTS
                                                                if (repo / p).is_file()]))
     if warning:
@@ -87,8 +103,8 @@ def base_paragraph(project: Project) -> str:
     hashes = "".join(f"  {digest}  {path}\n" for path, digest in read_base_hashes(project).items())
     return (
         f"Base: PyTorch tag {pin['upstream_tag']} (the same files ship in Debian's source package "
-        f"{pin['debian_source_package']} {pin['debian_source_version']}). The base-commit below "
-        "is that of a repo holding only the base files; their sha256:\n" + hashes
+        f"{pin['debian_source_package']} {pin['debian_source_version']}); the series touches "
+        "only these files, whose sha256 in that tag are:\n" + hashes
     )
 
 
@@ -102,12 +118,21 @@ def cover_description(project: Project) -> str:
     return text + "\n\n" + base_paragraph(project)
 
 
-def export_git(project: Project, runner: Runner, workdir: Path, out: Path) -> List[Path]:
-    repo, base = series_repo(project, runner, workdir)
+def add_base_commit(cover: Path, commit: Optional[str]) -> None:
+    """`base-commit:` as `format-patch --base` writes it, naming upstream's commit (the temp
+    repo holds only the base files, so its own base commit means nothing to a reviewer)."""
+    if commit:
+        cover.write_text(cover.read_text().rstrip("\n") + f"\n\nbase-commit: {commit}\n")
+
+
+def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author) -> List[Path]:
+    repo, base = series_repo(project, runner, workdir, author)
     runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project),
                cwd=repo, env=series_io.isolated_env(), capture=True)
     made = series_io.format_patches(repo, f"{base}..HEAD", workdir / "git", runner,
-                                    [*GIT_EXPORT_OPTIONS, f"--base={base}"], series_io.am_env(project))
+                                    [*GIT_EXPORT_OPTIONS, "--no-base", f"--from={author}"],
+                                    author_env(project, author))
+    add_base_commit(made[0], base_pin(project).get("upstream_commit"))
     return copy_files(made, out)
 
 
@@ -164,9 +189,8 @@ def dep3_header(meta: Mapping[str, str], origin: str, last_update: str) -> str:
     header = description_field(meta["subject"], strip_trailers(meta["body"], dep3))
     header += f"Author: {meta['name']} <{meta['email']}>\n"
     header += f"Origin: {origin}\n"
-    for key in ("Bug", "Bug-Debian", "Applied-Upstream"):
-        if key in fields:
-            header += f"{key}: {fields[key]}\n"
+    for key in ("Bug", "Bug-Debian", "Applied-Upstream"):  # each trailer, several Bug: included
+        header += "".join(f"{k}: {v}\n" for k, v in dep3 if k == key)
     header += f"Forwarded: {fields.get('Forwarded', 'no')}\n"
     header += f"Last-Update: {last_update}\n"
     return header
@@ -190,12 +214,12 @@ def origin_text(project: Project, patches: Sequence[Path]) -> str:
     return f"vendor, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
 
 
-def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path) -> List[Path]:
-    repo, base = series_repo(project, runner, workdir)
+def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author) -> List[Path]:
+    repo, base = series_repo(project, runner, workdir, author)
     patches = series_io.format_series(repo, base, workdir / "canonical", runner)
     revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo,
                       env=series_io.isolated_env(), capture=True).stdout.split()
-    origin = origin_text(project, patches)
+    origin = origin_text(project, read_series(project))  # the series as patches/ holds it
     last_update = identity(project)["date"][:10]
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -208,23 +232,59 @@ def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path) -> 
     return written
 
 
+def git_am_hint(out: Path, author: Author) -> str:
+    return ("apply on a v1.13.1 git checkout (all but the cover letter; the -c options make you "
+            "the committer, so a machine without a git identity works too):\n"
+            f"  ls {out}/*.patch | grep -v /0000-cover-letter.patch | xargs git "
+            f"{author.git_config_args()} am")
+
+
+def export_format(args: argparse.Namespace) -> str:
+    if args.debian_patches is not None:
+        raise_if("--debian-patches takes the quilt format only" if args.format == "git" else None)
+        return "quilt"
+    raise_if("--out needs --format git or --format quilt" if args.format is None else None)
+    return args.format
+
+
 def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> int:
+    fmt = export_format(args)
+    author = export_author(runner, args.author, Path.cwd())
+    exporter = export_git if fmt == "git" else export_quilt
+    if args.debian_patches is not None:
+        return drop_into_debian_patches(project, runner, args, author)
     out = Path(args.out).resolve()
-    error = check_out_dir(out)
-    if error:
-        raise PatchsetError(error)
+    raise_if(check_out_dir(out))
     with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
         staged = Path(tmp) / "out"  # written in full before anything reaches --out
-        exporter = export_git if args.format == "git" else export_quilt
-        files = exporter(project, runner, Path(tmp), staged)
+        files = exporter(project, runner, Path(tmp), staged, author)
         shutil.copytree(staged, out, dirs_exist_ok=True)
     for path in files:
         print(out / path.name)
-    if args.format == "git":
-        print("apply on a v1.13.1 git checkout (all but the cover letter): "
-              f"ls {out}/*.patch | grep -v /0000-cover-letter.patch | xargs git am")
+    if fmt == "git":
+        print(git_am_hint(out, author))
     else:
-        print(f"apply: copy {out} to debian/patches/ (or QUILT_PATCHES={out}) and run `quilt push -a`")
+        print(f"apply: QUILT_PATCHES={out} quilt push -a (in the source tree); for a Debian "
+              f"package: ./build_scripts/patchset export --debian-patches <package>/debian/patches")
+    return 0
+
+
+def drop_into_debian_patches(project: Project, runner: Runner, args: argparse.Namespace,
+                             author: Author) -> int:
+    target = Path(args.debian_patches).resolve()
+    with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
+        files = export_quilt(project, runner, Path(tmp), Path(tmp) / "out", author)
+        plan = plan_drop_in(target, args.subdir, {p.name: p.read_bytes() for p in files})
+        write_drop_in(plan)
+    if plan.changes_nothing:
+        print(f"already in place: {target / args.subdir} holds the series and {target / SERIES} "
+              "lists it; nothing changed")
+        return 0
+    for entry in plan.entries:
+        print(target / entry)
+    action = "appended" if plan.series_text is not None else "already listed"
+    print(f"{target / SERIES}: {len(plan.entries)} entries {action} after the package's own; "
+          "apply with `quilt push -a` (or dpkg-source -b / gbp pq import) in the package's tree")
     return 0
 
 
@@ -233,7 +293,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "export", cmd_export,
         help="export the series for a PR (git) or for a Debian package (quilt)",
         description="Write the series as git format-patch files with a cover letter, or as a "
-                    "debian/patches directory with DEP-3 headers; byte-reproducible.",
+                    "debian/patches directory with DEP-3 headers (byte-reproducible for a given "
+                    "author), or drop the quilt patches into a package's debian/patches after "
+                    "its own.",
     )
-    parser.add_argument("--format", choices=["git", "quilt"], required=True)
-    parser.add_argument("--out", required=True, help="empty or new directory to write into")
+    parser.add_argument("--format", choices=["git", "quilt"],
+                        help="required with --out; --debian-patches implies quilt")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", metavar="DIR", help="empty or new directory to write into")
+    where.add_argument("--debian-patches", metavar="DIR",
+                       help="a package's debian/patches (a quilt directory with a series file): "
+                            "the patches go to DIR/SUBDIR/, their entries are appended to "
+                            "DIR/series after the package's own; a second run changes nothing")
+    parser.add_argument("--subdir", default=DEFAULT_SUBDIR,
+                        help=f"subdirectory of --debian-patches for the patches (default: {DEFAULT_SUBDIR})")
+    parser.add_argument("--author", metavar="'NAME <EMAIL>'",
+                        help="the patches' author (default: git's configured identity; "
+                             "exports never carry the placeholder identity of patches/)")

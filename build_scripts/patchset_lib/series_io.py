@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import tarfile
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .common import (
     PatchsetError,
@@ -165,6 +165,27 @@ def am_series(repo: Path, patches: Sequence[Path], runner: Runner, env: Mapping[
     raise PatchsetError(
         "git am failed: " + (proc.stdout + proc.stderr).strip().replace("\n", "\n  ")
     )
+
+
+def reauthor(repo: Path, base: str, replace: Callable[[str, str], Optional[Tuple[str, str]]],
+             runner: Runner, env: Mapping[str, str]) -> None:
+    """Rewrite base..HEAD of repo's branch, giving each commit for which replace(name, email)
+    returns a (name, email) that author; trees, messages and author dates stay as they were."""
+    revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo, env=isolated_env(),
+                      capture=True).stdout.split()
+    parent = base
+    for rev in revs:
+        name, email, date = runner.git("log", "-1", "--format=%an%x00%ae%x00%aI", rev, cwd=repo,
+                                       env=isolated_env(), capture=True).stdout.rstrip("\n").split("\0")
+        name, email = replace(name, email) or (name, email)
+        message = runner.git("cat-file", "commit", rev, cwd=repo, env=isolated_env(),
+                             capture=True).stdout.split("\n\n", 1)[1]
+        author = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
+        parent = runner.git("commit-tree", f"{rev}^{{tree}}", "-p", parent, cwd=repo,
+                            env={**isolated_env(), **env, **author}, input=message,
+                            capture=True).stdout.strip()
+    runner.git("update-ref", f"refs/heads/{BRANCH}", parent, cwd=repo, env=isolated_env(),
+               capture=True)
 
 
 def format_patches(repo: Path, rev_range: str, out_dir: Path, runner: Runner,

@@ -2,15 +2,17 @@
 modules to load, and which file each overlaid module must then come from. For the project
 .venv the import hook is switched on and off; for a venv patched by `install --python` the
 patched side is the venv as installed and the unpatched side loads the pristine base files
-through the hook, set up as a plugin or preload.
+through the hook, set up as a plugin or preload. For `upstream-tests --checkout DIR` the patched
+side of either loads the overlaid modules from DIR's own torch/ files, through the same hook
+pointed at DIR: what is tested is what the checkout holds, edits included.
 """
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .common import PatchsetError, Project, Runner
+from .common import ABSENT, PatchsetError, Project, Runner, file_digest
 from .overlay import ManifestEntry
 from .overlay_hook import HOOK_MODULE, check_hook_installed, hook_source
 from .pip_torch import check_installed_hashes
@@ -75,3 +77,32 @@ def checked_torch_dir(project: Project, runner: Runner, python: Path,
     if error is not None:
         raise PatchsetError(error)
     return info.torch_dir
+
+
+CHECKOUT_HOOK_MODULE = "patchset_checkout_overlay"
+
+
+def check_checkout_modules(checkout: Path, entries: Sequence[ManifestEntry]) -> Optional[str]:
+    """None when the checkout holds every overlaid module and is not the unpatched base."""
+    apply_hint = f"apply the series first: ./build_scripts/patchset apply --checkout {checkout}"
+    for entry in entries:
+        if not (checkout / entry.path).is_file():
+            return f"{checkout} has no {entry.path}, which the series makes; {apply_hint}"
+    if all(file_digest(checkout / e.path) == e.base_sha256 for e in entries if e.base_sha256 != ABSENT):
+        return f"{checkout} holds the unpatched 1.13.1 files; {apply_hint}"
+    return None
+
+
+def edited_in_checkout(checkout: Path, entries: Sequence[ManifestEntry]) -> List[str]:
+    """The overlaid files whose bytes in the checkout are not the overlay's (base + series)."""
+    return [e.path for e in entries if file_digest(checkout / e.path) != e.result_sha256]
+
+
+def checkout_side(side: Side, checkout: Path, entries: Sequence[ManifestEntry], workdir: Path) -> Side:
+    """`side` (the patched one) loading the overlaid modules from the checkout's torch/ files:
+    the import hook pointed at the checkout, as a pytest plugin ahead of any installed hook."""
+    (workdir / f"{CHECKOUT_HOOK_MODULE}.py").write_text(
+        hook_source(checkout.resolve(), [e.module for e in entries]))
+    return dataclasses.replace(
+        side, env={**side.env, "PATCHSET_OVERLAY": "1"}, plugins=(*side.plugins, CHECKOUT_HOOK_MODULE),
+        expected={**side.expected, **{e.module: checkout / e.path for e in entries}})

@@ -1,9 +1,12 @@
 """`upstream-tests`: run upstream test files against the patched and the unpatched torch.
 
 Both sides use the project `.venv`: the patched side with the import hook on, the unpatched
-side with PATCHSET_OVERLAY=0 (Debian's system torch). A tiny pytest plugin records, inside
-each run, which files the overlaid modules were loaded from, so a side that silently ran the
-wrong torch is an error rather than a misleading table.
+side with PATCHSET_OVERLAY=0 (Debian's system torch). With `--checkout DIR` the patched side
+loads the overlaid modules from DIR's own torch/ files (a checkout edited after `apply` is
+tested as edited; an unpatched one is refused); without it, from torch_overlay/, and the
+cached checkout gives only its test/ files. A tiny pytest plugin records, inside each run,
+which files the overlaid modules were loaded from, so a side that silently ran the wrong torch
+is an error rather than a misleading table.
 """
 from __future__ import annotations
 
@@ -17,10 +20,20 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .common import PatchsetError, Project, Runner, add_command
+from .common import PatchsetError, Project, Runner, add_command, raise_if
 from .overlay import check_overlay_files, read_manifest
+from .overlay_hook import check_overlay_hook
 from .project_venv import check_project_venv
-from .sides import SIDES, Side, checked_torch_dir, installed_sides, venv_sides
+from .sides import (
+    SIDES,
+    Side,
+    check_checkout_modules,
+    checked_torch_dir,
+    checkout_side,
+    edited_in_checkout,
+    installed_sides,
+    venv_sides,
+)
 from .source import ensure_pristine
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed")
@@ -191,20 +204,30 @@ def _summary_line(log: Path) -> str:
 
 def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
                        selections: Sequence[Selection] = DEFAULT_SELECTIONS,
-                       python: Optional[Path] = None) -> int:
+                       python: Optional[Path] = None, checkout_modules: bool = False) -> int:
     """Run `selections` on both sides, print the tables; 1 iff a patched regression exists.
 
-    `python`: a venv where `install --python` replaced the torch files (default: the project .venv)."""
+    `python`: a venv where `install --python` replaced the torch files (default: the project .venv).
+    `checkout_modules`: the patched side loads the overlaid modules from the checkout's torch/."""
     checkout = Path(checkout)
     for error in (check_project_venv(project), check_checkout(checkout, selections)):
         if error is not None:
             raise PatchsetError(error)
     entries = read_manifest(project)
     error = check_overlay_files(project, entries)
-    if error is not None:
-        raise PatchsetError(error)
+    if error is not None and python is None and check_overlay_hook(project) is not None:
+        error += ", then ./build_scripts/patchset install"  # name every step a fresh setup lacks
+    raise_if(error)
     torch_dir = checked_torch_dir(project, runner, python or project.venv_python, entries)
-    print(f"overlay:  {project.overlay}")
+    if checkout_modules:
+        raise_if(check_checkout_modules(checkout, entries))
+        print(f"patched:  the checkout's own {', '.join(e.path for e in entries)}")
+        edited = edited_in_checkout(checkout, entries)
+        if edited:
+            print(f"          differing from {project.overlay} (base + patches/; "
+                  f"`refresh --from {checkout}` carries edits into patches/): {', '.join(edited)}")
+    else:
+        print(f"overlay:  {project.overlay}")
     print(f"checkout: {checkout}")
     all_regressions: List[str] = []
     with tempfile.TemporaryDirectory(prefix="patchset-upstream-") as tmp:
@@ -218,6 +241,9 @@ def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
             print(f"torch:    {torch_dir} (patched by install --python; unpatched side: the "
                   f"pristine base files of {project.pristine} through an import hook)")
             sides, tag = installed_sides(project, python, torch_dir, entries, workdir), "-python"
+        if checkout_modules:
+            sides = [checkout_side(s, checkout, entries, workdir) if s.name == "patched" else s
+                     for s in sides]
         for selection in selections:
             all_regressions += compare_selection(project, runner, checkout, selection, sides, workdir, tag)
     return 1 if all_regressions else 0
@@ -263,7 +289,8 @@ def cmd_upstream_tests(project: Project, runner: Runner, args: argparse.Namespac
             raise PatchsetError(f"no interpreter at {python}")
         if python == Path(os.path.abspath(project.venv_python)):
             python = None
-    return run_upstream_tests(project, runner, checkout, selections, python)
+    return run_upstream_tests(project, runner, checkout, selections, python,
+                              checkout_modules=args.checkout is not None)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -271,7 +298,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "upstream-tests", cmd_upstream_tests,
         help="run upstream test files against the patched and the unpatched torch, side by side",
     )
-    parser.add_argument("--checkout", metavar="DIR", help="PyTorch checkout (default: the cached one)")
+    parser.add_argument("--checkout", metavar="DIR",
+                        help="a PyTorch 1.13.1 checkout with the series applied (`apply --checkout "
+                             "DIR`), maybe edited since: its test files run, and the patched side "
+                             "imports its own torch/ files for the modules the series changes "
+                             "(default: the cached checkout's test files, with torch_overlay/)")
     parser.add_argument(
         "--files", nargs="+", metavar="FILE",
         help="test files relative to the checkout, optionally with ::node suffixes "

@@ -1,0 +1,223 @@
+"""The README a packager reads: short, its patch table follows patches/series, every `patchset`
+command line in it parses, and its three recipes run as written.
+
+Each recipe is a ```sh block after a `<!-- recipe: NAME -->` line. It runs under `bash -eu`, with
+git knowing nobody (no config, no identity variables: as on a fresh build box or CI's root), with
+only the lines that name the packager's own directories (`PYTORCH=`, `OUT=`, `PKG=`) replaced by
+directories the test makes: a git repo of the v1.13.1 base files and upstream's test/, and a
+package tree whose debian/patches holds a patch of its own. The `pr` and `debian` recipes run on
+this project's real series; the `edit` recipe, which rewrites patches/, runs in a copy of the
+project that shares this one's .venv, without its `setup && overlay && install` line (that line is
+what `patchset test` did before these tests ran; it is checked to be in the block verbatim).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Mapping
+
+import pytest
+from conftest import DEBIAN_OWN_PATCH, DEBIAN_SERIES, REPO, TOOL_LIB, git, package_tree, sha, tree_hashes
+
+from patchset_lib import cli
+from patchset_lib.common import ABSENT, find_project, read_base_hashes
+
+README = REPO / "README.md"
+MAX_LINES = 200
+TWO_COMMANDS = ("./build_scripts/patchset run", "./build_scripts/patchset test")
+OWN_DIRS = ("PYTORCH", "OUT", "PKG")
+PREREQUISITES = ("./build_scripts/patchset setup && ./build_scripts/patchset overlay && "
+                 "./build_scripts/patchset install")
+NAME, EMAIL = "Your Name", "you@example.org"
+EDIT_LINE = "PATCHSET_README_RECIPE_EDIT = True  # the edit recipe's change\n"
+
+
+def readme() -> str:
+    return README.read_text()
+
+
+def sh_blocks(text: str) -> List[str]:
+    return re.findall(r"^```sh\n(.*?)^```$", text, flags=re.M | re.S)
+
+
+def recipe(name: str) -> str:
+    match = re.search(rf"^<!-- recipe: {name} -->\n```sh\n(.*?)^```$", readme(), flags=re.M | re.S)
+    assert match, f"README has no recipe {name}"
+    return match.group(1)
+
+
+def command_lines(block: str) -> List[List[str]]:
+    """Each `./build_scripts/patchset ...` command of a shell block, as argv after the program."""
+    commands = []
+    for line in block.splitlines():
+        for part in re.split(r"&&|;|\|", line):
+            words = shlex.split(part, comments=True)
+            while words and re.fullmatch(r"\w+=.*", words[0]):
+                words = words[1:]
+            if words and words[0] == "./build_scripts/patchset":
+                commands.append(words[1:])
+    return commands
+
+
+def no_identity_env(home: Path, **extra: str) -> Dict[str, str]:
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GIT_AUTHOR_", "GIT_COMMITTER_")) and k not in ("EMAIL", "XDG_CONFIG_HOME")}
+    return {**env, "HOME": str(home), "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+            **extra}
+
+
+def run_recipe(block: str, cwd: Path, env: Mapping[str, str], drop: str = "") -> subprocess.CompletedProcess:
+    lines = [line for line in block.splitlines()
+             if not re.match(rf"({'|'.join(OWN_DIRS)})=", line) and line != drop]
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], cwd=cwd, env=dict(env),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+# ---- shape -------------------------------------------------------------------------------------
+
+
+def test_readme_is_short_and_starts_with_the_two_commands() -> None:
+    text = readme()
+    assert len(text.splitlines()) <= MAX_LINES
+    first = sh_blocks(text)[0]
+    assert text.startswith("```sh\n")
+    assert [line.split("#")[0].strip() for line in first.splitlines()] == list(TWO_COMMANDS)
+
+
+def test_patch_table_has_one_row_per_patch_in_series_order() -> None:
+    table = readme().split("| patch | fixes |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+    series = (REPO / "patches" / "series").read_text().split()
+    assert len(rows) == len(series), "README's patch table: one row per patch of patches/series"
+    for row, name in zip(rows, series):
+        slug = re.sub(r"[^A-Za-z0-9._]+", "-", row).strip("-")
+        stem = name[: -len(".patch")]
+        assert slug.startswith(stem) or stem.startswith(slug), (row, name)
+
+
+def test_every_patchset_command_in_the_readme_parses() -> None:
+    parser = cli.build_parser()
+    commands = [argv for block in sh_blocks(readme()) for argv in command_lines(block)]
+    assert len(commands) >= 10
+    for argv in commands:
+        try:
+            args = cli.parse_args(parser, argv)
+        except SystemExit:
+            pytest.fail(f"README: `patchset {shlex.join(argv)}` does not parse")
+        assert callable(args.func)
+
+
+def test_recipes_name_every_prerequisite() -> None:
+    assert PREREQUISITES in recipe("edit").splitlines()
+    for name in ("pr", "debian", "edit"):
+        assert recipe(name).startswith(f'NAME="{NAME}" EMAIL={EMAIL}\n')
+
+
+# ---- the recipes, run ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base_tree(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, bytes]:
+    project = find_project(TOOL_LIB)
+    return {path: (project.pristine / path).read_bytes()
+            for path, digest in read_base_hashes(project).items() if digest != ABSENT}
+
+
+def v1131_checkout(root: Path, base: Mapping[str, bytes]) -> Path:
+    """A clean git checkout standing for tag v1.13.1: upstream's test/ and the base files."""
+    shutil.copytree(find_project(TOOL_LIB).default_checkout / "test", root / "test", symlinks=True)
+    for path, data in base.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    git("init", "-q", cwd=root)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "v1.13.1", cwd=root)
+    return root
+
+
+def applied_bytes(tmp_path: Path, base: Mapping[str, bytes]) -> Dict[str, bytes]:
+    """The base files after the series, as `patchset apply` makes them."""
+    tree = tmp_path / "applied"
+    for path, data in base.items():
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_bytes(data)
+    proc = subprocess.run([str(REPO / "build_scripts" / "patchset"), "-q", "apply", "--checkout", str(tree)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return {path: (tree / path).read_bytes() for path in read_base_hashes(find_project(TOOL_LIB))
+            if (tree / path).is_file()}
+
+
+def test_pr_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
+    checkout = v1131_checkout(tmp_path / "pytorch", base_tree)
+    env = no_identity_env(tmp_path / "home", PYTORCH=str(checkout), OUT=str(tmp_path / "out"))
+    run_recipe(recipe("pr"), REPO, env)
+    expected = applied_bytes(tmp_path, base_tree)
+    assert {p: (checkout / p).read_bytes() for p in expected} == expected
+    log = subprocess.run(["git", "log", "--format=%an <%ae>|%cn <%ce>", "HEAD~1..HEAD"], cwd=checkout,
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert log.strip() == f"{NAME} <{EMAIL}>|{NAME} <{EMAIL}>"
+    count = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=checkout, env=env,
+                           capture_output=True, text=True, check=True).stdout
+    assert int(count) == 1 + len((REPO / "patches" / "series").read_text().split())
+    cover = (tmp_path / "out" / "0000-cover-letter.patch").read_text()
+    assert cover.endswith("base-commit: 49444c3e546bf240bed24a101e747422d1f8a0ee\n")
+
+
+def test_debian_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
+    pkg = package_tree(tmp_path / "pytorch-1.13.1+dfsg", base_tree)
+    orig = tree_hashes(pkg)
+    env = no_identity_env(tmp_path / "home", PKG=str(pkg))
+    proc = run_recipe(recipe("debian"), REPO, env)
+    series = (REPO / "patches" / "series").read_text().split()
+    assert (pkg / "debian/patches/series").read_text() == DEBIAN_SERIES + "".join(
+        f"fake-tensor/{name}\n" for name in series)
+    assert f"Now at patch debian/patches/fake-tensor/{series[-1]}" in proc.stdout  # all, ours last
+    after = {p: h for p, h in tree_hashes(pkg).items() if not p.startswith((".pc/", "debian/"))}
+    assert after == {p: h for p, h in orig.items() if not p.startswith("debian/")}  # popped
+    for name in series:
+        text = (pkg / "debian/patches/fake-tensor" / name).read_text()
+        assert f"\nAuthor: {NAME} <{EMAIL}>\n" in text and ".invalid" not in text.split("\n---\n")[0]
+    again = run_recipe("\n".join(recipe("debian").splitlines()[:3]), REPO, env)
+    assert "already in place" in again.stdout
+    assert sha((pkg / "debian/patches/0001-debian-setup.patch").read_bytes()) == sha(DEBIAN_OWN_PATCH)
+
+
+def project_copy(root: Path) -> Path:
+    """This project's tool, series and overlay, sharing its .venv (whose hook the recipe's
+    --checkout run does not use): refresh and overlay write only the copy."""
+    for name in ("build_scripts", "patches", "torch_overlay"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "test").mkdir()
+    shutil.copyfile(REPO / "test/test_fake_tensor.py", root / "test/test_fake_tensor.py")
+    shutil.copytree(REPO / ".cache/pristine", root / ".cache/pristine")
+    (root / ".venv").symlink_to(REPO / ".venv")
+    return root
+
+
+def test_edit_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
+    project = project_copy(tmp_path / "project")
+    checkout = v1131_checkout(tmp_path / "pytorch", base_tree)
+    editor = tmp_path / "editor"
+    editor.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(EDIT_LINE)} >> \"$1\"\n")
+    editor.chmod(0o755)
+    old_patches = {p.name: p.read_text() for p in (project / "patches").glob("*.patch")}
+    env = no_identity_env(tmp_path / "home", PYTORCH=str(checkout), EDITOR=str(editor))
+    proc = run_recipe(recipe("edit"), project, env, drop=PREREQUISITES)
+    tested = proc.stdout.split("differing from", 1)[1].splitlines()[0]
+    assert "torch/_subclasses/fake_tensor.py" in tested  # the edited checkout file is what ran
+    assert "patched regressions: 0" in proc.stdout
+    new_patches = {p.name: p.read_text() for p in (project / "patches").glob("*.patch")}
+    assert new_patches.keys() == old_patches.keys()
+    changed = [name for name in new_patches if new_patches[name] != old_patches[name]]
+    assert len(changed) == 1 and "+" + EDIT_LINE in new_patches[changed[0]]
+    overlay = project / "torch_overlay/torch/_subclasses/fake_tensor.py"
+    assert overlay.read_text().endswith(EDIT_LINE)
+    assert (REPO / "torch_overlay/torch/_subclasses/fake_tensor.py").read_text() != overlay.read_text()

@@ -3721,95 +3721,40 @@ class PatchsetProxySlotTest(TestCase):
         self.assertIsNone(get_proxy_slots(t))
 
 
-# Dispatch reads each op's arguments from one flattening.
 
-
-class _PatchsetArgumentWalks:
-    """Counts the outermost pytree flattenings whose leaves include `watched`."""
+class _DeviceReadLog:
+    """Records the device reads (prim.device) dispatched to FakeTensor outside
+    its kernels: the op log of reads the mode makes on its own behalf."""
 
     def __init__(self):
-        self.watched = None
-        self.count = 0
-        self._depth = 0
-        self._patches = []
+        self.reads = []
 
     def __enter__(self):
-        import torch._subclasses.fake_tensor as fake_tensor_module
-        import torch.utils._pytree as pytree
+        dispatch = FakeTensor.__dict__["__torch_dispatch__"].__func__
 
-        original = pytree.tree_flatten
+        def logging(cls, func, types, args=(), kwargs=None):
+            if func is torch.ops.prim.device.default and not args[0].fake_mode.in_kernel_invocation:
+                self.reads.append(args[0])
+            return dispatch(cls, func, types, args, kwargs)
 
-        def counting_flatten(tree):
-            self._depth += 1
-            try:
-                leaves, spec = original(tree)
-            finally:
-                self._depth -= 1
-            if self._depth == 0 and any(leaf is self.watched for leaf in leaves):
-                self.count += 1
-            return leaves, spec
-
-        # fake_tensor.py imports the function by name; pytree's own helpers use the module's
-        self._patches = [
-            unittest.mock.patch.object(module, "tree_flatten", counting_flatten)
-            for module in (pytree, fake_tensor_module)
-        ]
-        for patch in self._patches:
-            patch.__enter__()
+        self._patch = unittest.mock.patch.object(FakeTensor, "__torch_dispatch__", classmethod(logging))
+        self._patch.__enter__()
         return self
 
     def __exit__(self, *exc):
-        for patch in reversed(self._patches):
-            patch.__exit__(*exc)
-
-    def watch(self, t):
-        self.watched = t
-        self.count = 0
+        self._patch.__exit__(*exc)
 
 
-def _patchset_constructor_overloads():
-    from torch._subclasses.fake_tensor import _is_tensor_constructor, _like_tensor_constructors
-
-    for schema in torch._C._jit_get_all_schemas():
-        namespace, _, name = schema.name.partition("::")
-        packet = getattr(torch.ops.aten, name, None) if namespace == "aten" else None
-        op = getattr(packet, schema.overload_name or "default", None)
-        if op is not None and (_is_tensor_constructor(op) or op in _like_tensor_constructors):
-            yield op
-
-
-_PATCHSET_LIKE_CONSTRUCTORS = {
-    "zeros_like": lambda x, **kw: torch.zeros_like(x, **kw),
-    "full_like": lambda x, **kw: torch.full_like(x, 2.0, **kw),
-    "randint_like": lambda x, **kw: torch.randint_like(x, 3, 7, **kw),
-    "new_zeros": lambda x, **kw: x.new_zeros((4,), **kw),
-    "new_empty_strided": lambda x, **kw: x.new_empty_strided((2, 2), (1, 2), **kw),
-}
-
-
-class PatchsetArgumentWalkTest(TestCase):
-    def test_fake_dispatch_walks_arguments_once(self):
-        with _PatchsetArgumentWalks() as walks, FakeTensorMode():
-            x = torch.empty(3, 4)
-            walks.watch(x)
-            torch.ops.aten.mul.Tensor(x, x)
-        self.assertEqual(walks.count, 1)
-
+class FakeDispatchArgumentsTest(TestCase):
     def test_output_device_is_found_without_dispatching_device_reads(self):
-        reads = []
-        dispatch = FakeTensor.__dict__["__torch_dispatch__"].__func__
-
-        def counting(cls, func, types, args=(), kwargs=None):
-            if func is torch.ops.prim.device.default and not args[0].fake_mode.in_kernel_invocation:
-                reads.append(args[0])
-            return dispatch(cls, func, types, args, kwargs)
-
         with FakeTensorMode():
             x, y = torch.empty(3, 4), torch.empty(())
-            with unittest.mock.patch.object(FakeTensor, "__torch_dispatch__", classmethod(counting)):
+            with _DeviceReadLog() as log:
                 out = torch.ops.aten.mul.Tensor(x, y)
-        self.assertEqual(reads, [])
+                cat = torch.ops.aten.cat.default([x, x], 1)
+        self.assertEqual(log.reads, [])
         self.assertEqual(out.fake_device, torch.device("cpu"))
+        self.assertEqual(cat.fake_device, torch.device("cpu"))
 
     @parametrize("device", ["cpu", "meta"])
     def test_output_device_follows_the_non_zero_dim_input(self, device):
@@ -3818,28 +3763,21 @@ class PatchsetArgumentWalkTest(TestCase):
             scalar = mode.from_tensor(torch.empty(()))
             self.assertEqual(torch.ops.aten.mul.Tensor(scalar, x).fake_device, torch.device(device))
             self.assertEqual(torch.ops.aten.mul.Tensor(x, scalar).fake_device, torch.device(device))
-
-    def test_like_constructor_walks_arguments_once(self):
-        with _PatchsetArgumentWalks() as walks, FakeTensorMode():
-            x = torch.empty(3, 4)
-            walks.watch(x)
-            torch.ops.aten.zeros_like.default(x)
-        self.assertEqual(walks.count, 1)
+            self.assertEqual(torch.ops.aten.cat.default([x, x]).fake_device, torch.device(device))
 
     @parametrize("tracing_mode", ["real", "fake"])
-    def test_proxy_call_walks_arguments_once(self, tracing_mode):
-        counts = []
+    def test_traced_calls_keep_nested_and_keyword_arguments(self, tracing_mode):
+        def f(x, y):
+            return torch.ops.aten.sum.dim_IntList(torch.cat([x, y], dim=1), [0], keepdim=True)
 
-        def f(x):
-            walks.watch(x)
-            out = torch.ops.aten.mul.Tensor(x, x)
-            counts.append(walks.count)
-            return out
-
-        with _PatchsetArgumentWalks() as walks:
-            make_fx(f, tracing_mode=tracing_mode)(torch.randn(3))
-        # a fake trace's op also goes through FakeTensorMode's dispatch
-        self.assertEqual(counts, [1 if tracing_mode == "real" else 2])
+        x, y = torch.randn(2, 3), torch.randn(2, 4)
+        gm = make_fx(f, tracing_mode=tracing_mode)(x, y)
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        self.assertEqual([n.target for n in calls],
+                         [torch.ops.aten.cat.default, torch.ops.aten.sum.dim_IntList])
+        self.assertEqual([a.name for a in calls[0].args[0]], ["x_1", "y_1"])
+        self.assertEqual(calls[1].args[1:], ([0], True))
+        self.assertEqual(gm(x, y), f(x, y))
 
     def test_proxy_call_still_propagates_constants(self):
         def f():
@@ -3850,24 +3788,49 @@ class PatchsetArgumentWalkTest(TestCase):
         self.assertEqual([n.target for n in gm.graph.nodes if n.op == "call_function"],
                          [torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.mul.Tensor])
 
+
+instantiate_parametrized_tests(FakeDispatchArgumentsTest)
+
+
+def _constructor_overloads():
+    from torch._subclasses.fake_tensor import _is_tensor_constructor, _like_tensor_constructors
+
+    for schema in torch._C._jit_get_all_schemas():
+        namespace, _, name = schema.name.partition("::")
+        packet = getattr(torch.ops.aten, name, None) if namespace == "aten" else None
+        op = getattr(packet, schema.overload_name or "default", None)
+        if op is not None and (_is_tensor_constructor(op) or op in _like_tensor_constructors):
+            yield op
+
+
+_LIKE_CONSTRUCTORS = {
+    "zeros_like": lambda x, **kw: torch.zeros_like(x, **kw),
+    "full_like": lambda x, **kw: torch.full_like(x, 2.0, **kw),
+    "randint_like": lambda x, **kw: torch.randint_like(x, 3, 7, **kw),
+    "new_zeros": lambda x, **kw: x.new_zeros((4,), **kw),
+    "new_empty_strided": lambda x, **kw: x.new_empty_strided((2, 2), (1, 2), **kw),
+}
+
+
+class FakeTensorConstructorDeviceTest(TestCase):
     def test_every_constructor_takes_device_as_keyword_only(self):
-        overloads = list(_patchset_constructor_overloads())
+        overloads = list(_constructor_overloads())
         self.assertGreater(len(overloads), 50)
         for op in overloads:
             device_arguments = [a for a in op._schema.arguments if a.name == "device"]
             self.assertTrue(all(a.kwarg_only for a in device_arguments), op)
 
-    @parametrize("name", list(_PATCHSET_LIKE_CONSTRUCTORS))
+    @parametrize("name", list(_LIKE_CONSTRUCTORS))
     def test_like_constructor_takes_the_input_device(self, name):
         with FakeTensorMode(allow_meta=True) as mode:
             x = mode.from_tensor(torch.empty(2, 3, device="meta"))
-            self.assertEqual(_PATCHSET_LIKE_CONSTRUCTORS[name](x).fake_device, torch.device("meta"))
+            self.assertEqual(_LIKE_CONSTRUCTORS[name](x).fake_device, torch.device("meta"))
 
-    @parametrize("name", list(_PATCHSET_LIKE_CONSTRUCTORS))
+    @parametrize("name", list(_LIKE_CONSTRUCTORS))
     def test_like_constructor_takes_an_explicit_device(self, name):
         with FakeTensorMode(allow_meta=True) as mode:
             x = mode.from_tensor(torch.empty(2, 3, device="meta"))
-            out = _PATCHSET_LIKE_CONSTRUCTORS[name](x, device="cpu", dtype=torch.float64)
+            out = _LIKE_CONSTRUCTORS[name](x, device="cpu", dtype=torch.float64)
         self.assertEqual((out.fake_device, out.dtype), (torch.device("cpu"), torch.float64))
 
     def test_factory_defaults_to_cpu_and_takes_an_explicit_device(self):
@@ -3876,7 +3839,7 @@ class PatchsetArgumentWalkTest(TestCase):
             self.assertEqual(torch.randint(1, 5, (2,), device="meta").fake_device, torch.device("meta"))
 
 
-instantiate_parametrized_tests(PatchsetArgumentWalkTest)
+instantiate_parametrized_tests(FakeTensorConstructorDeviceTest)
 
 
 if __name__ == "__main__":

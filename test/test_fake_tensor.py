@@ -19,7 +19,6 @@ import contextlib
 import weakref
 import copy
 import gc
-import inspect
 import subprocess
 import sys
 import textwrap
@@ -682,12 +681,12 @@ def _collect_twice():
     gc.collect()
 
 
-def _patchset_finalizers():
-    # upstream 1.13.1 registered one weakref.finalize per conversion
+def _live_finalizers():
+    # live weakref.finalize objects: a conversion must not add one
     return len(weakref.finalize._registry)  # type: ignore[attr-defined]
 
 
-def _patchset_conversion_on_stack():
+def _conversion_on_stack():
     """Whether a frame of meta_utils.py or fake_tensor.py is on the current stack."""
     files = {
         sys.modules["torch._subclasses.meta_utils"].__file__,
@@ -701,7 +700,7 @@ def _patchset_conversion_on_stack():
     return False
 
 
-class _PatchsetCycle:
+class _ConversionCycle:
     """Garbage that only the cycle collector frees; its __del__ logs where that happened."""
 
     def __init__(self, payload, log):
@@ -710,10 +709,10 @@ class _PatchsetCycle:
         self.me = self
 
     def __del__(self):
-        self.log.append(_patchset_conversion_on_stack())
+        self.log.append(_conversion_on_stack())
 
 
-def _patchset_collect_inside(convert, box):
+def _collect_inside(convert, box):
     """Drop the only reference to box's payload as cyclic garbage, then run `convert()` with
     the collector set to fire at the first allocation inside meta_utils.py or fake_tensor.py,
     so that the payload dies while a conversion is running. Returns (result of convert, log of
@@ -727,13 +726,13 @@ def _patchset_collect_inside(convert, box):
     # Armed from the first converter frame: armed earlier, Python < 3.11 (whose frames are
     # allocated objects) collects while still calling into the converter, outside it.
     def arm_in_converter(frame, event, arg):
-        if event == "call" and _patchset_conversion_on_stack():
+        if event == "call" and _conversion_on_stack():
             sys.setprofile(None)
             gc.set_threshold(1)
             gc.enable()
 
     try:
-        _PatchsetCycle(box.pop(), log)
+        _ConversionCycle(box.pop(), log)
         sys.setprofile(arm_in_converter)
         out = convert()
     finally:
@@ -746,7 +745,7 @@ def _patchset_collect_inside(convert, box):
     return out, log
 
 
-def _patchset_run_bounded(test, fn, timeout=300):
+def _run_bounded(test, fn, timeout=300):
     """Run fn in a daemon thread so that a deadlock fails the test instead of hanging it."""
     box = {}
 
@@ -829,26 +828,26 @@ class WeakMemoMetaConverterTest(TestCase):
         mc = MetaConverter()
         tensors = [torch.randn(3) for _ in range(20)]
         tensors += [t[1:] for t in tensors[:5]]
-        before = _patchset_finalizers()
+        before = _live_finalizers()
         metas = [mc(t) for t in tensors]
         self.assertEqual(len(metas), 25)
-        self.assertEqual(_patchset_finalizers(), before)
+        self.assertEqual(_live_finalizers(), before)
 
     def test_dead_converter_leaves_nothing_on_live_tensor(self):
         x = torch.randn(3)
         v = x[1:]
         refs_x, refs_v = weakref.getweakrefcount(x), weakref.getweakrefcount(v)
-        finalizers = _patchset_finalizers()
+        finalizers = _live_finalizers()
         mc = MetaConverter()
         metas = (mc(x), mc(v), mc(x))
         del mc, metas
         gc.collect()
         self.assertEqual(weakref.getweakrefcount(x), refs_x)
         self.assertEqual(weakref.getweakrefcount(v), refs_v)
-        self.assertEqual(_patchset_finalizers(), finalizers)
+        self.assertEqual(_live_finalizers(), finalizers)
 
     def test_conj_input_left_unconverted_by_call(self):
-        # 1.13.1's __call__ gives conj tensors back as they are (its fallbacks cannot run them)
+        # MetaConverter.__call__ gives conj tensors back as they are (its fallbacks cannot run them)
         xc = torch.randn(3, dtype=torch.complex64).conj()
         mc = MetaConverter()
         self.assertIs(mc(xc), xc)
@@ -937,22 +936,22 @@ class WeakMemoFakeTensorConverterTest(TestCase):
         p = torch.nn.Parameter(torch.randn(2))
         p.grad = torch.randn(2)
         tensors.append(p)
-        before = _patchset_finalizers()
+        before = _live_finalizers()
         fakes = [mode.from_tensor(t) for t in tensors]
         fakes += [mode.from_tensor(t) for t in tensors]
-        self.assertEqual(_patchset_finalizers(), before)
+        self.assertEqual(_live_finalizers(), before)
 
     def test_dead_mode_leaves_nothing_on_live_tensor(self):
         x = torch.randn(3)
         refs = weakref.getweakrefcount(x)
-        finalizers = _patchset_finalizers()
+        finalizers = _live_finalizers()
         mode = FakeTensorMode()
         f = mode.from_tensor(x)
         g = mode.from_tensor(x)
         del f, g, mode
         gc.collect()
         self.assertEqual(weakref.getweakrefcount(x), refs)
-        self.assertEqual(_patchset_finalizers(), finalizers)
+        self.assertEqual(_live_finalizers(), finalizers)
 
     def test_mode_freed_after_memo_hit(self):
         x = torch.randn(4)
@@ -1093,7 +1092,7 @@ class WeakMemoConversionResultTest(TestCase):
         self.assertFalse(m.is_leaf)
 
     def test_non_leaf_requires_grad_converts_to_fake_requiring_grad(self):
-        # 1.13.1's FakeTensor wrapping detaches (the fake is a leaf); only requires_grad carries
+        # the fake of a non-leaf requires grad, as the non-leaf
         x = torch.randn(3, requires_grad=True)
         y = x * 2
         f = FakeTensorMode().from_tensor(y)
@@ -1168,8 +1167,8 @@ class WeakMemoRobustnessTest(TestCase):
 
         box = [(doomed, doomed_fakes)]
         del doomed, doomed_fakes
-        fyv, log = _patchset_run_bounded(
-            self, lambda: _patchset_collect_inside(lambda: mode.from_tensor(yv), box)
+        fyv, log = _run_bounded(
+            self, lambda: _collect_inside(lambda: mode.from_tensor(yv), box)
         )
         self.assertEqual(log, [True], "the garbage was not collected inside the conversion")
         # the fake of the view yv is an autograd view of the fake of its base y, which it
@@ -1199,7 +1198,7 @@ class WeakMemoRobustnessTest(TestCase):
 
         box = [(doomed, doomed_metas)]
         del doomed, doomed_metas
-        myv, log = _patchset_run_bounded(self, lambda: _patchset_collect_inside(lambda: mc(yv), box))
+        myv, log = _run_bounded(self, lambda: _collect_inside(lambda: mc(yv), box))
         self.assertEqual(log, [True], "the garbage was not collected inside the conversion")
         self.assertEqual(len(mc.tensor_memo), len(keep) + 2)
         mc.check_for_expired_weak_storages()
@@ -1294,10 +1293,11 @@ _LINK_KINDS = ["view", "saved", "grad"]
 
 # Threads share one mode over the same tensors; each links the fake it gets to
 # another tensor, drops the fake, converts again and drops the link at times.
-_LINK_STRESS = inspect.getsource(_link) + textwrap.dedent(
+_LINK_STRESS = textwrap.dedent(
     """
     import sys, threading, torch
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from test_fake_tensor import _link
     kind, n_threads, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     sys.setswitchinterval(1e-6)
     mode = FakeTensorMode()
@@ -1335,9 +1335,12 @@ _LINK_STRESS = inspect.getsource(_link) + textwrap.dedent(
 
 def _run_link_stress(kind, n_threads, rounds=200):
     """The stress above in a fresh process: (exit status, stdout, stderr)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.run(
         [sys.executable, "-c", _LINK_STRESS, kind, str(n_threads), str(rounds)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, cwd=here,
     )
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -1549,7 +1552,7 @@ class WeakIdKeyDictionaryTest(TestCase):
 instantiate_parametrized_tests(WeakIdKeyDictionaryTest)
 
 
-class _PatchsetRecordingMode(TorchFunctionMode):
+class _FunctionCallRecorder(TorchFunctionMode):
     def __init__(self):
         self.log = []
 
@@ -1563,7 +1566,7 @@ class MemoHitTorchFunctionModeTest(TestCase):
         p = torch.nn.Parameter(torch.randn(3))
         mode = FakeTensorMode()
         fake = mode.from_tensor(p)
-        recorder = _PatchsetRecordingMode()
+        recorder = _FunctionCallRecorder()
         with recorder:
             hit = mode.from_tensor(p)
         self.assertIs(hit, fake)
@@ -1573,7 +1576,7 @@ class MemoHitTorchFunctionModeTest(TestCase):
         x = torch.randn(3)
         mode = FakeTensorMode()
         fake = mode.from_tensor(x)
-        outer, inner = _PatchsetRecordingMode(), _PatchsetRecordingMode()
+        outer, inner = _FunctionCallRecorder(), _FunctionCallRecorder()
         with outer, inner:
             hit = mode.from_tensor(x)
             stack = torch.overrides._get_current_function_mode_stack()
@@ -1661,7 +1664,7 @@ class StorageSweepBoundTest(TestCase):
 instantiate_parametrized_tests(StorageSweepBoundTest)
 
 
-def _patchset_view_of_view_grad():
+def _view_of_view_grad():
     # requires_grad set on an intermediate view: z requires grad through it
     x = torch.randn(8)
     y = x.view(2, 4)
@@ -1669,58 +1672,58 @@ def _patchset_view_of_view_grad():
     return x, y.view(2, 2, 2)
 
 
-def _patchset_channels_last_non_leaf():
+def _channels_last_non_leaf():
     return torch.empty(2, 3, 4, 5, memory_format=torch.channels_last, requires_grad=True) + 2
 
 
-def _patchset_set_with_offset():
+def _set_with_offset():
     return torch.empty(0).set_(torch.randn(10).storage(), 2, (2, 3), (1, 2))
 
 
-def _patchset_inference():
+def _inference_tensor():
     with torch.inference_mode():
         return torch.randn(3, 2)
 
 
-def _patchset_inference_view():
+def _inference_view():
     with torch.inference_mode():
         x = torch.randn(4, 2)
         return x, x[1:]
 
 
-def _patchset_parameter_with_grad():
+def _parameter_with_grad():
     p = torch.nn.Parameter(torch.randn(4, 2))
     p.grad = torch.randn(2, 4).t()
     return p
 
 
-def _patchset_leaf_view_of_grad_base():
+def _leaf_view_of_grad_base():
     x = torch.randn(4, 3, requires_grad=True)
     with torch.no_grad():
         return x, x[1:]
 
 
 # name -> () -> tensor, or a tuple (converted in order, compared: the last one)
-_PATCHSET_CASES = {
+_CONVERSION_CASES = {
     "dense_leaf": lambda: torch.randn(4, 3),
     "leaf_requires_grad": lambda: torch.randn(4, 3, requires_grad=True),
     "non_leaf": lambda: torch.randn(4, 3, requires_grad=True) * 2,
     "parameter": lambda: torch.nn.Parameter(torch.randn(3, 2)),
     "parameter_without_grad_flag": lambda: torch.nn.Parameter(torch.randn(3), requires_grad=False),
-    "parameter_with_grad": _patchset_parameter_with_grad,
+    "parameter_with_grad": _parameter_with_grad,
     "channels_last_leaf": lambda: torch.empty(2, 3, 4, 5, memory_format=torch.channels_last),
-    "channels_last_non_leaf": _patchset_channels_last_non_leaf,
+    "channels_last_non_leaf": _channels_last_non_leaf,
     "strided_leaf_with_gaps": lambda: torch.empty_strided((2, 3), (4, 1)),
     "view_of_leaf": lambda: (lambda x: (x, x[1:, 1:]))(torch.randn(4, 3)),
     "view_of_grad_leaf": lambda: (lambda x: (x, x.t()))(torch.randn(4, 3, requires_grad=True)),
-    "view_of_view_grad_on_intermediate": _patchset_view_of_view_grad,
-    "leaf_view_of_grad_base": _patchset_leaf_view_of_grad_base,
+    "view_of_view_grad_on_intermediate": _view_of_view_grad,
+    "leaf_view_of_grad_base": _leaf_view_of_grad_base,
     "expand_zero_stride": lambda: torch.randn(3, 1).expand(3, 4),
-    "set_with_offset": _patchset_set_with_offset,
+    "set_with_offset": _set_with_offset,
     "empty": lambda: torch.empty(0, 3, dtype=torch.float64),
     "zero_dim": lambda: torch.zeros((), dtype=torch.int32),
-    "inference": _patchset_inference,
-    "inference_view": _patchset_inference_view,
+    "inference": _inference_tensor,
+    "inference_view": _inference_view,
     "complex_view_as_real": lambda: (lambda x: (x, torch.view_as_real(x)))(
         torch.randn(3, dtype=torch.complex64)
     ),
@@ -1728,18 +1731,18 @@ _PATCHSET_CASES = {
 }
 
 
-def _patchset_case(name):
-    made = _PATCHSET_CASES[name]()
+def _make_case(name):
+    made = _CONVERSION_CASES[name]()
     return made if isinstance(made, tuple) else (made,)
 
 
-def _patchset_grad(t):
+def _grad_of(t):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The .grad attribute of a Tensor")
         return t.grad
 
 
-def _patchset_is_leaf(t):
+def _is_leaf_of(t):
     try:
         return t.is_leaf
     except RuntimeError:  # inference tensors may not say
@@ -1765,47 +1768,47 @@ class ConversionFieldsTest(TestCase):
         self.assertEqual(
             isinstance(out, torch.nn.Parameter), isinstance(real, torch.nn.Parameter)
         )
-        if _patchset_grad(real) is None:
-            self.assertIsNone(_patchset_grad(out))
+        if _grad_of(real) is None:
+            self.assertIsNone(_grad_of(out))
         else:
             self._check_fields(
-                _patchset_grad(out), real.grad, converted, expect_device, autograd_fields
+                _grad_of(out), real.grad, converted, expect_device, autograd_fields
             )
         if autograd_fields:
-            self.assertEqual(_patchset_is_leaf(out), _patchset_is_leaf(real))
+            self.assertEqual(_is_leaf_of(out), _is_leaf_of(real))
             self.assertEqual(out._is_view(), real._is_view())
             if real._is_view():
                 self.assertIs(out._base, converted(real._base))
                 self._check_fields(out._base, real._base, converted, expect_device)
 
-    @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
+    @parametrize("case", sorted(_CONVERSION_CASES), name_fn=lambda c: c)
     def test_meta_matches_real(self, case):
-        tensors = _patchset_case(case)
+        tensors = _make_case(case)
         mc = MetaConverter()
         outs = [mc(t) for t in tensors]
         self.assertTrue(outs[-1].is_meta)
         # converted(t) is a memo hit: bases are compared by identity
         self._check_fields(outs[-1], tensors[-1], mc, lambda t: torch.device("meta"))
 
-    @parametrize("case", sorted(_PATCHSET_CASES), name_fn=lambda c: c)
+    @parametrize("case", sorted(_CONVERSION_CASES), name_fn=lambda c: c)
     def test_fake_matches_real(self, case):
-        # is_leaf, _is_view() and _base too: FakeTensor wrapping detaches (1.13.1), so fakes of
-        # views and non-leaves are made through autograd from the fake of the base or leaf
-        tensors = _patchset_case(case)
+        # is_leaf, _is_view() and _base too: FakeTensor wrapping detaches, so fakes of views
+        # and non-leaves are made through autograd from the fake of the base or leaf
+        tensors = _make_case(case)
         mode = FakeTensorMode()
         outs = [mode.from_tensor(t) for t in tensors]
         self.assertIsInstance(outs[-1], FakeTensor)
         self._check_fields(outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device)
 
     def test_autograd_grad_through_meta_of_channels_last_non_leaf(self):
-        y = _patchset_channels_last_non_leaf()
+        y = _channels_last_non_leaf()
         mc = MetaConverter()
         m = mc(y)
         (grad,) = torch.autograd.grad(m.sum(), m)
         self.assertEqual(grad.shape, y.shape)
 
     def test_view_of_view_meta_shares_base_and_version_counter(self):
-        x, z = _patchset_view_of_view_grad()
+        x, z = _view_of_view_grad()
         mc = MetaConverter()
         mx, mz = mc(x), mc(z)
         self.assertIs(mz._base, mx)
@@ -1840,7 +1843,7 @@ class ConversionFieldsTest(TestCase):
 instantiate_parametrized_tests(ConversionFieldsTest)
 
 
-class _PatchsetDispatchRecorder(TorchDispatchMode):
+class _DispatchRecorder(TorchDispatchMode):
     def __init__(self):
         self.log = []
 
@@ -1880,7 +1883,7 @@ class DenseLeafConversionTest(TestCase):
     def test_conversion_invisible_to_torch_dispatch_mode(self):
         mode = FakeTensorMode()
         p = torch.nn.Parameter(torch.randn(3))
-        recorder = _PatchsetDispatchRecorder()
+        recorder = _DispatchRecorder()
         with recorder:
             f = mode.from_tensor(p)
         self.assertEqual(recorder.log, [])
@@ -1934,154 +1937,148 @@ class StorageRefKeyTest(TestCase):
         mc.check_for_expired_weak_storages()
         self.assertEqual(len(mc.storage_memo), 0)
 
-    def test_key_type_refuses_direct_construction(self):
-        from torch._subclasses.meta_utils import _StorageRef
-
-        with self.assertRaises(TypeError):
-            _StorageRef(torch.randn(3)._storage()._weak_ref())
-
 
 # Operators without a Meta kernel, so that FakeTensorMode runs them through the fallback kernel.
 # Each CPU kernel records weak references to the real tensors it sees and returns, which lets the
 # tests check that no real temporary outlives the call.
 
-_patchset_kernel_refs = []
+_kernel_refs = []
 
 
-def _patchset_seen(*tensors):
+def _note_kernel_tensors(*tensors):
     for t in tensors:
-        _patchset_kernel_refs.append(weakref.ref(t))
+        _kernel_refs.append(weakref.ref(t))
 
 
-def _patchset_mutate_(x):
-    _patchset_seen(x)
+def _kernel_mutate_(x):
+    _note_kernel_tensors(x)
     return x.add_(1)
 
 
-def _patchset_pair(x):
+def _kernel_pair(x):
     fresh = x + 1
-    _patchset_seen(x, fresh)
+    _note_kernel_tensors(x, fresh)
     return x, fresh
 
 
-def _patchset_twice(x):
+def _kernel_twice(x):
     return x, x
 
 
-def _patchset_nested(x, y):
+def _kernel_nested(x, y):
     return [y * 2, x, x + y]
 
 
-def _patchset_second(x, y):
+def _kernel_second(x, y):
     return y.mul_(2)
 
 
-def _patchset_fresh(x):
+def _kernel_fresh(x):
     out = x.sum(0, dtype=torch.float64)
-    _patchset_seen(x, out)
+    _note_kernel_tensors(x, out)
     return out
 
 
-def _patchset_narrow_view(x):
+def _kernel_narrow_view(x):
     out = x.narrow(0, 1, 2)
-    _patchset_seen(x, out)
+    _note_kernel_tensors(x, out)
     return out
 
 
-def _patchset_transpose_view(x):
+def _kernel_transpose_view(x):
     return x.transpose(0, 1)
 
 
-def _patchset_select_view(x):
+def _kernel_select_view(x):
     return x.select(1, 1)
 
 
-def _patchset_strided_view(x):
+def _kernel_strided_view(x):
     return x.as_strided((2, 2), (1, 2), x.storage_offset() + 1)
 
 
-def _patchset_second_view(x, y):
+def _kernel_second_view(x, y):
     return y.narrow(0, 1, 2)
 
 
-def _patchset_int_view(x):
+def _kernel_int_view(x):
     return x.view(torch.int32)
 
 
-def _patchset_short_view(x):
+def _kernel_short_view(x):
     return x.view(torch.int16)
 
 
-def _patchset_double_view(x):
+def _kernel_double_view(x):
     return x.view(torch.float64)
 
 
-def _patchset_int_view_narrowed(x):
+def _kernel_int_view_narrowed(x):
     # a view of a dtype view: its _base is the int32 tensor, not x
     return x.view(torch.int32)[1:]
 
 
-def _patchset_detached(x):
+def _kernel_detached(x):
     return x.detach()
 
 
-def _patchset_short_view_of_transpose(x):
+def _kernel_short_view_of_transpose(x):
     # element sizes differ: only the transpose's layout (not x's) allows the dtype view
     return x.t().view(torch.int16)
 
 
-def _patchset_flat_view(x):
+def _kernel_flat_view(x):
     # fails, as for real, when the input is not contiguous
-    _patchset_seen(x)
+    _note_kernel_tensors(x)
     out = x.view(-1)
-    _patchset_seen(out)
+    _note_kernel_tensors(out)
     return out
 
 
-def _patchset_raw_alias(x):
+def _kernel_raw_alias(x):
     return torch.empty(0, dtype=x.dtype).set_(x.storage(), x.storage_offset(), (x.numel(),), (1,))
 
 
-def _patchset_bad_pair(x):
+def _kernel_bad_pair(x):
     return x + 1, x.view(-1)
 
 
-def _patchset_raw_strided(x):
+def _kernel_raw_strided(x):
     # absolute storage geometry: depends on where the input sits in its storage
     return x.as_strided((2, 2), (1, 2), 1)
 
 
-def _patchset_resize_out(x, out):
+def _kernel_resize_out(x, out):
     return out.resize_(x.size(0) * 2, 3)
 
 
-def _patchset_resize_input(x):
+def _kernel_resize_input(x):
     x.resize_(x.numel() * 2)
     return x.sum()
 
 
-def _patchset_aliased(x, y):
+def _kernel_aliased(x, y):
     # (1,) when x and y share memory, (0,) otherwise: an observable of aliasing
     return x.new_empty(int(x.storage().data_ptr() == y.storage().data_ptr()))
 
 
-def _patchset_as_real(x):
+def _kernel_as_real(x):
     return torch.view_as_real(x)
 
 
-_patchset_known = torch.randn(3, 2)
+_known_tensor = torch.randn(3, 2)
 
 
-def _patchset_known_output(x):
-    return _patchset_known
+def _kernel_known_output(x):
+    return _known_tensor
 
 
-def _patchset_positives(x):
+def _kernel_positives(x):
     # a number read from the values, not tagged data_dependent_output
     return int((x > 0).sum())
 
 
-def _patchset_normalized(x):
+def _kernel_normalized(x):
     # fails on the values: zero-filled stand-ins are an invalid input
     total = x.sum()
     if total == 0:
@@ -2089,44 +2086,44 @@ def _patchset_normalized(x):
     return x / total
 
 
-_patchset_lib = torch.library.Library("patchset_test", "DEF")
+_fallback_lib = torch.library.Library("fallback_test", "DEF")
 
 
 for _schema, _kernel in [
-    ("mutate_(Tensor(a!) x) -> Tensor(a!)", _patchset_mutate_),
-    ("pair(Tensor(a!) x) -> (Tensor(a!), Tensor)", _patchset_pair),
-    ("twice(Tensor(a!) x) -> (Tensor(a!), Tensor(a!))", _patchset_twice),
-    ("nested(Tensor(a!) x, Tensor y) -> Tensor[]", _patchset_nested),
-    ("second(Tensor x, Tensor(b!) y) -> Tensor(b!)", _patchset_second),
-    ("fresh(Tensor x) -> Tensor", _patchset_fresh),
-    ("narrow_view(Tensor(a) x) -> Tensor(a)", _patchset_narrow_view),
-    ("transpose_view(Tensor(a) x) -> Tensor(a)", _patchset_transpose_view),
-    ("select_view(Tensor(a) x) -> Tensor(a)", _patchset_select_view),
-    ("strided_view(Tensor(a) x) -> Tensor(a)", _patchset_strided_view),
-    ("second_view(Tensor x, Tensor(b) y) -> Tensor(b)", _patchset_second_view),
-    ("int_view(Tensor(a) x) -> Tensor(a)", _patchset_int_view),
-    ("short_view(Tensor(a) x) -> Tensor(a)", _patchset_short_view),
-    ("double_view(Tensor(a) x) -> Tensor(a)", _patchset_double_view),
-    ("int_view_narrowed(Tensor(a) x) -> Tensor(a)", _patchset_int_view_narrowed),
-    ("detached(Tensor(a) x) -> Tensor(a)", _patchset_detached),
-    ("short_view_of_transpose(Tensor(a) x) -> Tensor(a)", _patchset_short_view_of_transpose),
-    ("flat_view(Tensor(a) x) -> Tensor(a)", _patchset_flat_view),
-    ("raw_alias(Tensor(a) x) -> Tensor(a)", _patchset_raw_alias),
-    ("bad_pair(Tensor(a) x) -> (Tensor, Tensor(a))", _patchset_bad_pair),
-    ("raw_strided(Tensor(a) x) -> Tensor(a)", _patchset_raw_strided),
-    ("resize_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)", _patchset_resize_out),
-    ("resize_input(Tensor x) -> Tensor", _patchset_resize_input),
-    ("aliased(Tensor x, Tensor y) -> Tensor", _patchset_aliased),
-    ("as_real(Tensor(a) x) -> Tensor(a)", _patchset_as_real),
-    ("known_output(Tensor x) -> Tensor", _patchset_known_output),
-    ("positives(Tensor x) -> int", _patchset_positives),
-    ("normalized(Tensor x) -> Tensor", _patchset_normalized),
+    ("mutate_(Tensor(a!) x) -> Tensor(a!)", _kernel_mutate_),
+    ("pair(Tensor(a!) x) -> (Tensor(a!), Tensor)", _kernel_pair),
+    ("twice(Tensor(a!) x) -> (Tensor(a!), Tensor(a!))", _kernel_twice),
+    ("nested(Tensor(a!) x, Tensor y) -> Tensor[]", _kernel_nested),
+    ("second(Tensor x, Tensor(b!) y) -> Tensor(b!)", _kernel_second),
+    ("fresh(Tensor x) -> Tensor", _kernel_fresh),
+    ("narrow_view(Tensor(a) x) -> Tensor(a)", _kernel_narrow_view),
+    ("transpose_view(Tensor(a) x) -> Tensor(a)", _kernel_transpose_view),
+    ("select_view(Tensor(a) x) -> Tensor(a)", _kernel_select_view),
+    ("strided_view(Tensor(a) x) -> Tensor(a)", _kernel_strided_view),
+    ("second_view(Tensor x, Tensor(b) y) -> Tensor(b)", _kernel_second_view),
+    ("int_view(Tensor(a) x) -> Tensor(a)", _kernel_int_view),
+    ("short_view(Tensor(a) x) -> Tensor(a)", _kernel_short_view),
+    ("double_view(Tensor(a) x) -> Tensor(a)", _kernel_double_view),
+    ("int_view_narrowed(Tensor(a) x) -> Tensor(a)", _kernel_int_view_narrowed),
+    ("detached(Tensor(a) x) -> Tensor(a)", _kernel_detached),
+    ("short_view_of_transpose(Tensor(a) x) -> Tensor(a)", _kernel_short_view_of_transpose),
+    ("flat_view(Tensor(a) x) -> Tensor(a)", _kernel_flat_view),
+    ("raw_alias(Tensor(a) x) -> Tensor(a)", _kernel_raw_alias),
+    ("bad_pair(Tensor(a) x) -> (Tensor, Tensor(a))", _kernel_bad_pair),
+    ("raw_strided(Tensor(a) x) -> Tensor(a)", _kernel_raw_strided),
+    ("resize_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)", _kernel_resize_out),
+    ("resize_input(Tensor x) -> Tensor", _kernel_resize_input),
+    ("aliased(Tensor x, Tensor y) -> Tensor", _kernel_aliased),
+    ("as_real(Tensor(a) x) -> Tensor(a)", _kernel_as_real),
+    ("known_output(Tensor x) -> Tensor", _kernel_known_output),
+    ("positives(Tensor x) -> int", _kernel_positives),
+    ("normalized(Tensor x) -> Tensor", _kernel_normalized),
 ]:
-    _patchset_lib.define(_schema)
-    _patchset_lib.impl(_schema.split("(")[0], _kernel, "CPU")
+    _fallback_lib.define(_schema)
+    _fallback_lib.impl(_schema.split("(")[0], _kernel, "CPU")
 
 
-_patchset_ops = torch.ops.patchset_test
+_fallback_ops = torch.ops.fallback_test
 
 
 class FallbackKernelOutputIsInputTest(TestCase):
@@ -2134,20 +2131,20 @@ class FallbackKernelOutputIsInputTest(TestCase):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(3, 2))
         with mode:
-            out = _patchset_ops.mutate_(fx)
+            out = _fallback_ops.mutate_(fx)
         self.assertIs(out, fx)
 
     def test_returned_input_made_under_mode_is_its_fake(self):
         with FakeTensorMode():
             fx = torch.zeros(3, 2)
-            out = _patchset_ops.mutate_(fx)
+            out = _fallback_ops.mutate_(fx)
         self.assertIs(out, fx)
 
     def test_returned_input_in_tuple(self):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(3, 2))
         with mode:
-            out = _patchset_ops.pair(fx)
+            out = _fallback_ops.pair(fx)
         self.assertIsInstance(out, tuple)
         self.assertIs(out[0], fx)
         self.assertIsInstance(out[1], FakeTensor)
@@ -2157,7 +2154,7 @@ class FallbackKernelOutputIsInputTest(TestCase):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(3, 2))
         with mode:
-            a, b = _patchset_ops.twice(fx)
+            a, b = _fallback_ops.twice(fx)
         self.assertIs(a, fx)
         self.assertIs(b, fx)
 
@@ -2166,7 +2163,7 @@ class FallbackKernelOutputIsInputTest(TestCase):
         fx = mode.from_tensor(torch.randn(3, 2))
         fy = mode.from_tensor(torch.randn(3, 2))
         with mode:
-            out = _patchset_ops.nested(fx, fy)
+            out = _fallback_ops.nested(fx, fy)
         self.assertIsInstance(out, list)
         self.assertEqual(len(out), 3)
         self.assertIs(out[1], fx)
@@ -2180,7 +2177,7 @@ class FallbackKernelOutputIsInputTest(TestCase):
         fx = mode.from_tensor(torch.randn(3, 2))
         fy = mode.from_tensor(torch.randn(4))
         with mode:
-            out = _patchset_ops.second(fx, fy)
+            out = _fallback_ops.second(fx, fy)
         self.assertIs(out, fy)
 
 
@@ -2197,7 +2194,7 @@ class FallbackKernelViewTest(TestCase):
 
     def _narrow_of(self, fx):
         with fx.fake_mode:
-            out = _patchset_ops.narrow_view(fx)
+            out = _fallback_ops.narrow_view(fx)
             expected = fx.narrow(0, 1, 2)
         self._check_view_of(out, fx, expected)
         self.assertEqual(out.storage_offset(), fx.storage_offset() + fx.stride(0))
@@ -2240,7 +2237,7 @@ class FallbackKernelViewTest(TestCase):
         base = mode.from_tensor(torch.randn(5, 4))
         fx = base[1:, 1:]
         with mode:
-            out = _patchset_ops.transpose_view(fx)
+            out = _fallback_ops.transpose_view(fx)
             expected = fx.transpose(0, 1)
         self._check_view_of(out, fx, expected)
 
@@ -2249,7 +2246,7 @@ class FallbackKernelViewTest(TestCase):
         base = mode.from_tensor(torch.randn(4, 5))
         fx = base[:, 1:4]
         with mode:
-            out = _patchset_ops.select_view(fx)
+            out = _fallback_ops.select_view(fx)
             expected = fx.select(1, 1)
         self._check_view_of(out, fx, expected)
         self.assertEqual(out.storage_offset(), 2)
@@ -2259,7 +2256,7 @@ class FallbackKernelViewTest(TestCase):
         base = mode.from_tensor(torch.randn(6, 3))
         fx = base[2:]
         with mode:
-            out = _patchset_ops.strided_view(fx)
+            out = _fallback_ops.strided_view(fx)
             expected = fx.as_strided((2, 2), (1, 2), fx.storage_offset() + 1)
         self._check_view_of(out, fx, expected)
 
@@ -2268,7 +2265,7 @@ class FallbackKernelViewTest(TestCase):
         fx = mode.from_tensor(torch.randn(4, 3))
         fy = mode.from_tensor(torch.randn(6, 2))[1:]
         with mode:
-            out = _patchset_ops.second_view(fx, fy)
+            out = _fallback_ops.second_view(fx, fy)
             expected = fy.narrow(0, 1, 2)
         self._check_view_of(out, fy, expected)
         self.assertNotEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
@@ -2277,7 +2274,7 @@ class FallbackKernelViewTest(TestCase):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(6, 3))[2:]
         with mode:
-            out = _patchset_ops.int_view(fx)
+            out = _fallback_ops.int_view(fx)
             expected = fx.view(torch.int32)
         self.assertEqual(out.dtype, torch.int32)
         self._check_view_of(out, fx, expected)
@@ -2286,19 +2283,19 @@ class FallbackKernelViewTest(TestCase):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(4, 3))
         with mode:
-            out = _patchset_ops.narrow_view(fx)
+            out = _fallback_ops.narrow_view(fx)
             before = fx._version
             out.add_(1)
         self.assertGreater(fx._version, before)
         self.assertEqual(out._version, fx._version)
 
 
-_PATCHSET_DTYPE_VIEW_OPS = {
+_DTYPE_VIEW_OPS = {
     "int32": "int_view", "int16": "short_view", "float64": "double_view",
 }
 
 
-_PATCHSET_DTYPE_VIEW_INPUTS = {
+_DTYPE_VIEW_INPUTS = {
     "contiguous": lambda: torch.randn(6, 4),
     "transposed": lambda: torch.randn(4, 6).t(),
     "offset_slice": lambda: torch.randn(7, 4)[1:],
@@ -2308,7 +2305,7 @@ _PATCHSET_DTYPE_VIEW_INPUTS = {
 }
 
 
-def _patchset_version_moves(out, x, mode=None):
+def _version_moves(out, x, mode=None):
     """Whether an in-place op on x's base (x itself when no view) bumps out's version."""
     before = out._version
     with (mode or contextlib.nullcontext()), torch.no_grad():
@@ -2324,11 +2321,11 @@ class FallbackKernelDtypeViewTest(TestCase):
         return (t.dtype, t.shape, t.stride(), t.storage_offset(), t._is_view(), t.requires_grad,
                 t.grad_fn is None)
 
-    @parametrize("dtype", list(_PATCHSET_DTYPE_VIEW_OPS))
-    @parametrize("layout", list(_PATCHSET_DTYPE_VIEW_INPUTS))
+    @parametrize("dtype", list(_DTYPE_VIEW_OPS))
+    @parametrize("layout", list(_DTYPE_VIEW_INPUTS))
     def test_dtype_view_shares_input_version_counter_as_real(self, dtype, layout):
-        op = getattr(_patchset_ops, _PATCHSET_DTYPE_VIEW_OPS[dtype])
-        x = _PATCHSET_DTYPE_VIEW_INPUTS[layout]()
+        op = getattr(_fallback_ops, _DTYPE_VIEW_OPS[dtype])
+        x = _DTYPE_VIEW_INPUTS[layout]()
         mode = FakeTensorMode()
         fx = mode.from_tensor(x)
         try:
@@ -2345,56 +2342,56 @@ class FallbackKernelDtypeViewTest(TestCase):
         self.assertIsInstance(out, FakeTensor)
         self.assertEqual(self._fields(out), self._fields(real))
         self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
-        self.assertTrue(_patchset_version_moves(real, x))
-        self.assertTrue(_patchset_version_moves(out, fx, mode))
+        self.assertTrue(_version_moves(real, x))
+        self.assertTrue(_version_moves(out, fx, mode))
 
     def test_view_of_dtype_view_shares_input_version_counter(self):
         x = torch.randn(4, 6)
-        real = _patchset_ops.int_view_narrowed(x)
+        real = _fallback_ops.int_view_narrowed(x)
         mode = FakeTensorMode()
         fx = mode.from_tensor(x)
         with mode:
-            out = _patchset_ops.int_view_narrowed(fx)
+            out = _fallback_ops.int_view_narrowed(fx)
         self.assertEqual(self._fields(out), self._fields(real))
         self.assertTrue(real._is_view())
         self.assertIsNot(out._base, fx)
-        self.assertTrue(_patchset_version_moves(out, fx, mode))
+        self.assertTrue(_version_moves(out, fx, mode))
 
     def test_detached_input_shares_its_version_counter(self):
         x = torch.randn(4, 6, requires_grad=True)
-        real = _patchset_ops.detached(x)
+        real = _fallback_ops.detached(x)
         mode = FakeTensorMode()
         fx = mode.from_tensor(x)
         with mode:
-            out = _patchset_ops.detached(fx)
+            out = _fallback_ops.detached(fx)
         self.assertEqual(self._fields(out), self._fields(real))
         self.assertIsNot(out, fx)
-        self.assertTrue(_patchset_version_moves(out, fx, mode))
+        self.assertTrue(_version_moves(out, fx, mode))
 
     def test_dtype_view_of_a_layout_the_input_has_not(self):
         x = torch.randn(6, 4).t()
-        real = _patchset_ops.short_view_of_transpose(x)
+        real = _fallback_ops.short_view_of_transpose(x)
         mode = FakeTensorMode()
         fx = mode.from_tensor(x)
         version = fx._version
         with mode:
-            out = _patchset_ops.short_view_of_transpose(fx)
+            out = _fallback_ops.short_view_of_transpose(fx)
         self.assertEqual(self._fields(out), self._fields(real))
         # the fake was given that layout without a version bump the kernel did not make
         self.assertEqual(fx._version, version)
-        self.assertTrue(_patchset_version_moves(out, fx, mode))
+        self.assertTrue(_version_moves(out, fx, mode))
 
     def test_tensor_set_on_input_storage_shares_no_version_counter(self):
         # pins: a tensor set_ on the storage is no view of any kind, for real and fake
         x = torch.randn(4, 3)
-        real = _patchset_ops.raw_alias(x)
+        real = _fallback_ops.raw_alias(x)
         mode = FakeTensorMode()
         fx = mode.from_tensor(x)
         with mode:
-            out = _patchset_ops.raw_alias(fx)
+            out = _fallback_ops.raw_alias(fx)
         self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
-        self.assertFalse(_patchset_version_moves(real, x))
-        self.assertFalse(_patchset_version_moves(out, fx, mode))
+        self.assertFalse(_version_moves(real, x))
+        self.assertFalse(_version_moves(out, fx, mode))
 
 
 instantiate_parametrized_tests(FallbackKernelDtypeViewTest)
@@ -2428,13 +2425,13 @@ class FallbackKernelErrorTest(TestCase):
 
     def test_flattening_view_of_noncontiguous_input_fails_as_for_real(self):
         self._check_kernel_error(
-            _patchset_ops.flat_view, "flat_view", torch.randn(4, 4)[:, :2],
+            _fallback_ops.flat_view, "flat_view", torch.randn(4, 4)[:, :2],
             lambda mode: mode.from_tensor(torch.randn(4, 4))[:, :2],
         )
 
     def test_kernel_error_in_later_output_fails_as_for_real(self):
         self._check_kernel_error(
-            _patchset_ops.bad_pair, "bad_pair", torch.randn(4, 4)[:, 2:],
+            _fallback_ops.bad_pair, "bad_pair", torch.randn(4, 4)[:, 2:],
             lambda mode: mode.from_tensor(torch.randn(4, 4))[:, 2:],
         )
 
@@ -2443,9 +2440,9 @@ class FallbackKernelErrorTest(TestCase):
         probs = mode.from_tensor(torch.rand(3, 5))
         with self.assertRaises(NotImplementedError) as cm:
             with mode:
-                _patchset_ops.normalized(probs)
+                _fallback_ops.normalized(probs)
         message = str(cm.exception)
-        self.assertIn("patchset_test.normalized.default", message)
+        self.assertIn("fallback_test.normalized.default", message)
         self.assertIn("ran its kernel on zero-filled stand-ins of the inputs", message)
         self.assertIsInstance(cm.exception.__cause__, RuntimeError)
         self.assertIn("the values sum to zero", str(cm.exception.__cause__))
@@ -2456,7 +2453,7 @@ class FallbackKernelErrorTest(TestCase):
         fx = mode.from_tensor(torch.randn(4))
         with self.assertRaises(NotImplementedError) as cm:
             with mode:
-                _patchset_ops.resize_input(fx)
+                _fallback_ops.resize_input(fx)
         message = str(cm.exception)
         self.assertIn("resize_input", message)
         self.assertIn("argument 'x'", message)
@@ -2478,7 +2475,7 @@ class FallbackKernelErrorTest(TestCase):
     def test_disallowed_fallback_raises_original_error(self):
         mode = FakeTensorMode(allow_fallback_kernels=False)
         fx = mode.from_tensor(torch.randn(4, 3))
-        for op in (_patchset_ops.fresh, _patchset_ops.narrow_view, _patchset_ops.mutate_):
+        for op in (_fallback_ops.fresh, _fallback_ops.narrow_view, _fallback_ops.mutate_):
             with self.assertRaises(NotImplementedError) as cm:
                 with mode:
                     op(fx)
@@ -2494,11 +2491,11 @@ class FallbackKernelFidelityTest(TestCase):
 
     def test_view_output_is_autograd_view_of_input(self):
         x = torch.randn(4, 3)
-        real = _patchset_ops.narrow_view(x)
+        real = _fallback_ops.narrow_view(x)
         mode = FakeTensorMode()
         fx = mode.from_tensor(x)
         with mode:
-            out = _patchset_ops.narrow_view(fx)
+            out = _fallback_ops.narrow_view(fx)
         self.assertTrue(real._is_view())
         self.assertIs(real._base, x)
         self.assertTrue(out._is_view())
@@ -2507,12 +2504,12 @@ class FallbackKernelFidelityTest(TestCase):
 
     def test_view_output_of_view_input_has_input_base(self):
         x = torch.randn(6, 3)
-        real = _patchset_ops.narrow_view(x[1:])
+        real = _fallback_ops.narrow_view(x[1:])
         mode = FakeTensorMode()
         fbase = mode.from_tensor(x)
         with mode:
             fx = fbase[1:]
-            out = _patchset_ops.narrow_view(fx)
+            out = _fallback_ops.narrow_view(fx)
         self.assertIs(real._base, x)
         self.assertIs(out._base, fbase)
         self.assertEqual(self._layout(out), self._layout(real))
@@ -2521,7 +2518,7 @@ class FallbackKernelFidelityTest(TestCase):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(4, 3))
         with mode:
-            out = _patchset_ops.narrow_view(fx)
+            out = _fallback_ops.narrow_view(fx)
             out.mul_(2)
         self.assertEqual(out._version, fx._version)
 
@@ -2529,7 +2526,7 @@ class FallbackKernelFidelityTest(TestCase):
         def run(leaf, mode):
             with mode:
                 base = leaf.clone()
-                view = _patchset_ops.narrow_view(base)
+                view = _fallback_ops.narrow_view(base)
                 view.mul_(2)
             return type(view.grad_fn).__name__, type(base.grad_fn).__name__
 
@@ -2542,7 +2539,7 @@ class FallbackKernelFidelityTest(TestCase):
     def test_grad_through_view_output_matches_real(self):
         def run(leaf, mode):
             with mode:
-                view = _patchset_ops.narrow_view(leaf.clone())
+                view = _fallback_ops.narrow_view(leaf.clone())
                 (grad,) = torch.autograd.grad(view.sum(), leaf)
             return grad
 
@@ -2554,22 +2551,22 @@ class FallbackKernelFidelityTest(TestCase):
 
     def test_raw_storage_kernel_on_offset_noncontiguous_input(self):
         x = torch.randn(6, 4)[1:, 1:3]
-        real = _patchset_ops.raw_strided(x)
+        real = _fallback_ops.raw_strided(x)
         mode = FakeTensorMode()
         fbase = mode.from_tensor(x._base)
         with mode:
-            out = _patchset_ops.raw_strided(fbase[1:, 1:3])
+            out = _fallback_ops.raw_strided(fbase[1:, 1:3])
         self.assertEqual(real.storage_offset(), 1)
         self.assertEqual(self._layout(out), self._layout(real))
 
     def test_storage_alias_of_noncontiguous_input_matches_real(self):
         x = torch.randn(4, 4)[:, :2]
-        real = _patchset_ops.raw_alias(x)
+        real = _fallback_ops.raw_alias(x)
         mode = FakeTensorMode()
         fbase = mode.from_tensor(x._base)
         with mode:
             fx = fbase[:, :2]
-            out = _patchset_ops.raw_alias(fx)
+            out = _fallback_ops.raw_alias(fx)
         self.assertFalse(real._is_view())
         self.assertFalse(out._is_view())
         self.assertEqual(self._layout(out), self._layout(real))
@@ -2577,24 +2574,24 @@ class FallbackKernelFidelityTest(TestCase):
 
     def test_aliasing_inputs_alias_in_kernel(self):
         x = torch.randn(4, 3)
-        real = _patchset_ops.aliased(x, x[1:])
+        real = _fallback_ops.aliased(x, x[1:])
         mode = FakeTensorMode()
         with mode:
             fx = mode.from_tensor(x)
-            both = _patchset_ops.aliased(fx, fx[1:])
-            apart = _patchset_ops.aliased(fx, torch.zeros(4, 3))
+            both = _fallback_ops.aliased(fx, fx[1:])
+            apart = _fallback_ops.aliased(fx, torch.zeros(4, 3))
         self.assertEqual(real.shape, (1,))
         self.assertEqual(both.shape, (1,))
         self.assertEqual(apart.shape, (0,))
 
     def test_dtype_view_of_noncontiguous_complex_input(self):
         x = torch.randn(4, 6, dtype=torch.complex64)[:, 1:5:2]
-        real = _patchset_ops.as_real(x)
+        real = _fallback_ops.as_real(x)
         mode = FakeTensorMode()
         fbase = mode.from_tensor(x._base)
         with mode:
             fx = fbase[:, 1:5:2]
-            out = _patchset_ops.as_real(fx)
+            out = _fallback_ops.as_real(fx)
             expected = torch.view_as_real(fx)
         self.assertEqual(self._layout(out), self._layout(real))
         self.assertEqual(self._layout(out), self._layout(expected))
@@ -2617,12 +2614,12 @@ class FallbackKernelFidelityTest(TestCase):
     def test_out_resize_mirrored_for_library_op(self):
         x = torch.randn(3, 2)
         real_out = torch.empty(0)
-        _patchset_ops.resize_out(x, out=real_out)
+        _fallback_ops.resize_out(x, out=real_out)
         mode = FakeTensorMode()
         with mode:
             fx = mode.from_tensor(x)
             fout = torch.empty(0)
-            result = _patchset_ops.resize_out(fx, out=fout)
+            result = _fallback_ops.resize_out(fx, out=fout)
         self.assertIs(result, fout)
         self.assertEqual(self._layout(fout), self._layout(real_out))
         self.assertEqual(fout.size(), (6, 3))
@@ -2630,19 +2627,19 @@ class FallbackKernelFidelityTest(TestCase):
     def test_number_read_from_stand_ins_raises_data_dependent(self):
         mode = FakeTensorMode(throw_on_data_dependent_ops=True)
         x = torch.ones(4)
-        self.assertEqual(_patchset_ops.positives(x), 4)
+        self.assertEqual(_fallback_ops.positives(x), 4)
         fx = mode.from_tensor(x)
         with self.assertRaises(DataDependentOutputException) as cm:
             with mode:
-                _patchset_ops.positives(fx)
+                _fallback_ops.positives(fx)
         self.assertIn("positives", str(cm.exception))
 
     def test_number_read_from_stand_ins_returned_without_throw_flag(self):
-        # 1.13.1's contract for ops tagged data_dependent_output, kept for the fallback
+        # the mode's contract for ops tagged data_dependent_output, kept for the fallback
         mode = FakeTensorMode(throw_on_data_dependent_ops=False)
         fx = mode.from_tensor(torch.ones(4))
         with mode:
-            value = _patchset_ops.positives(fx)
+            value = _fallback_ops.positives(fx)
         self.assertIsInstance(value, int)
 
     def test_metadata_answer_from_stand_ins_is_kept(self):
@@ -2660,16 +2657,16 @@ class FallbackKernelFidelityTest(TestCase):
         state = torch.get_rng_state()
         with self.assertRaises(DataDependentOutputException):
             with mode:
-                _patchset_ops.positives(fx)
+                _fallback_ops.positives(fx)
         self.assertTrue(torch.equal(torch.get_rng_state(), state))
 
     def test_known_output_comes_back_as_memoized_fake(self):
         mode = FakeTensorMode()
-        known = mode.from_tensor(_patchset_known)
+        known = mode.from_tensor(_known_tensor)
         fx = mode.from_tensor(torch.randn(2))
         with mode:
-            first = _patchset_ops.known_output(fx)
-            second = _patchset_ops.known_output(fx)
+            first = _fallback_ops.known_output(fx)
+            second = _fallback_ops.known_output(fx)
         self.assertIs(first, known)
         self.assertIs(second, known)
 
@@ -2679,7 +2676,7 @@ class FallbackKernelFreshOutputTest(TestCase):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(4, 3))
         with mode:
-            out = _patchset_ops.fresh(fx)
+            out = _fallback_ops.fresh(fx)
         self.assertIsInstance(out, FakeTensor)
         self.assertIs(out.fake_mode, mode)
         self.assertEqual(out.fake_device, fx.fake_device)
@@ -2702,9 +2699,9 @@ class FallbackKernelFreshOutputTest(TestCase):
         self.assertEqual(sizes(), (2, 2, 2))
         with mode:
             outs = [
-                _patchset_ops.fresh(fx),
-                _patchset_ops.pair(fx),
-                _patchset_ops.nested(fx, fy),
+                _fallback_ops.fresh(fx),
+                _fallback_ops.pair(fx),
+                _fallback_ops.nested(fx, fy),
             ]
         self.assertEqual(sizes(), (2, 2, 2))
         self.assertTrue(all(isinstance(t, FakeTensor) for t in [outs[0], *outs[1], *outs[2]]))
@@ -2714,13 +2711,13 @@ class FallbackKernelLifetimeTest(TestCase):
     def _check_no_real_outlives(self, op, n_seen):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(4, 3))
-        _patchset_kernel_refs.clear()
+        _kernel_refs.clear()
         gc.disable()
         try:
             with mode:
                 out = op(fx)
-            refs = list(_patchset_kernel_refs)
-            _patchset_kernel_refs.clear()
+            refs = list(_kernel_refs)
+            _kernel_refs.clear()
             self.assertEqual(len(refs), n_seen)
             self.assertEqual([r() is None for r in refs], [True] * n_seen)
         finally:
@@ -2730,38 +2727,38 @@ class FallbackKernelLifetimeTest(TestCase):
         return out
 
     def test_no_real_temporary_outlives_fresh_output(self):
-        out = self._check_no_real_outlives(_patchset_ops.fresh, 2)
+        out = self._check_no_real_outlives(_fallback_ops.fresh, 2)
         self.assertIsInstance(out, FakeTensor)
 
     def test_no_real_temporary_outlives_view_output(self):
-        out = self._check_no_real_outlives(_patchset_ops.narrow_view, 2)
+        out = self._check_no_real_outlives(_fallback_ops.narrow_view, 2)
         self.assertIsInstance(out, FakeTensor)
 
     def test_no_real_temporary_outlives_input_output(self):
-        out = self._check_no_real_outlives(_patchset_ops.mutate_, 1)
+        out = self._check_no_real_outlives(_fallback_ops.mutate_, 1)
         self.assertIsInstance(out, FakeTensor)
 
     def test_no_real_temporary_outlives_tuple_output(self):
-        out = self._check_no_real_outlives(_patchset_ops.pair, 2)
+        out = self._check_no_real_outlives(_fallback_ops.pair, 2)
         self.assertIsInstance(out[1], FakeTensor)
 
     def test_no_real_temporary_outlives_kernel_error(self):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(4, 4))[:, :2]
-        _patchset_kernel_refs.clear()
+        _kernel_refs.clear()
         error = None
         gc.disable()
         try:
             # not assertRaises: it clears the traceback's frames, which would hide them
             try:
                 with mode:
-                    _patchset_ops.flat_view(fx)
+                    _fallback_ops.flat_view(fx)
             except NotImplementedError as e:
                 error = e
             self.assertIsNotNone(error)
             self.assertIsNotNone(error.__traceback__)
-            refs = list(_patchset_kernel_refs)
-            _patchset_kernel_refs.clear()
+            refs = list(_kernel_refs)
+            _kernel_refs.clear()
             self.assertEqual(len(refs), 1)
             # the exception, its traceback and its __cause__ are still held here
             self.assertIsNotNone(error.__cause__)
@@ -2789,7 +2786,7 @@ class FallbackKernelLeavesNoCycleTest(TestCase):
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
             with mode:
-                _patchset_ops.fresh(x)
+                _fallback_ops.fresh(x)
             gc.collect()
             garbage = [type(o).__name__ for o in gc.garbage]
         finally:
@@ -2802,7 +2799,7 @@ class FallbackKernelLeavesNoCycleTest(TestCase):
         x = mode.from_tensor(torch.randn(3, requires_grad=True))
         with mode:
             y = x.clone()
-            _patchset_ops.fresh(y)
+            _fallback_ops.fresh(y)
             loss = (y * y).sum()  # autograd saves y: C++ keeps it alive
         del y
         gc.collect()
@@ -2812,10 +2809,95 @@ class FallbackKernelLeavesNoCycleTest(TestCase):
         self.assertEqual(grad.shape, x.shape)
 
 
+def _grad_fn_names(t):
+    names, node = [], t.grad_fn
+    while node is not None and len(names) < 12:
+        names.append(node.name())
+        node = node.next_functions[0][0] if node.next_functions else None
+    return names
+
+
+_GRAD_BASE = torch.randn(4, 6, requires_grad=True)
+
+
+_VIEWS_OF_GRAD_BASE = {
+    "slice": lambda b: b[1:],
+    "strided_slices": lambda b: b[1:, ::2],
+    "slice_t": lambda b: b[1:].t(),
+    "select": lambda b: b[1],
+    "view": lambda b: b.view(24),
+    "view_of_view": lambda b: b.view(24).view(2, 12),
+    "unsqueeze_squeeze": lambda b: b[None].squeeze(0),
+    "diagonal": lambda b: b.diagonal(),
+    "unfold": lambda b: b.unfold(1, 2, 1),
+    "expand": lambda b: b[:1].expand(3, 6),
+    "permute": lambda b: b.permute(1, 0),
+    "transpose": lambda b: b.transpose(0, 1),
+    "as_strided": lambda b: b.as_strided((2, 2), (1, 2), 1),
+    "alias": lambda b: torch.ops.aten.alias.default(b),
+}
+
+
+class MetaViewGradFnKindTest(TestCase):
+    """The meta of a view of a base requiring grad has a grad_fn of the real view's kinds (its
+    view ops replayed on the base's meta), not one AsStridedBackward0."""
+
+    @parametrize("kind", list(_VIEWS_OF_GRAD_BASE))
+    def test_meta_of_view_has_real_grad_fn_kinds(self, kind):
+        v = _VIEWS_OF_GRAD_BASE[kind](_GRAD_BASE)
+        mv = MetaConverter()(v)
+        self.assertEqual(_grad_fn_names(mv), _grad_fn_names(v))
+        self.assertEqual((mv.shape, mv.stride(), mv.storage_offset()),
+                         (v.shape, v.stride(), v.storage_offset()))
+
+    def test_multi_output_view_meta_has_real_grad_fn_kind(self):
+        v = _GRAD_BASE.split([1, 3])[1].t()
+        self.assertEqual(_grad_fn_names(MetaConverter()(v)), _grad_fn_names(v))
+
+    def test_unknown_view_node_falls_back_to_as_strided(self):
+        v = _GRAD_BASE.reshape(24)[2:]  # ReshapeAliasBackward0 is not replayed
+        mv = MetaConverter()(v)
+        self.assertEqual(_grad_fn_names(mv)[0], "AsStridedBackward0")
+        self.assertEqual((mv.shape, mv.stride(), mv.storage_offset()),
+                         (v.shape, v.stride(), v.storage_offset()))
+        self.assertTrue(mv._is_view())
+
+
+instantiate_parametrized_tests(MetaViewGradFnKindTest)
+
+
+class KernelInvocationThreadTest(TestCase):
+    """A kernel running in one thread leaves the fakes of other threads as they are."""
+
+    def test_kernel_invocation_of_another_thread_keeps_devices(self):
+        import torch._subclasses.fake_tensor as fake_tensor
+        mode = FakeTensorMode()
+        fake = mode.from_tensor(torch.randn(2))
+        inside, release = threading.Event(), threading.Event()
+
+        def kernel():
+            with fake_tensor.in_kernel_invocation_manager(mode):
+                inside.set()
+                release.wait(60)
+
+        other = threading.Thread(target=kernel)
+        other.start()
+        try:
+            self.assertTrue(inside.wait(60))
+            self.assertEqual(fake.device, torch.device("cpu"))
+            converted = mode.from_tensor(torch.randn(4, 3)[1:])
+            self.assertEqual(converted.device, torch.device("cpu"))
+            with mode:
+                out = fake + 1
+            self.assertEqual(out.device, torch.device("cpu"))
+        finally:
+            release.set()
+            other.join()
+
+
 class FakeViewConversionTest(TestCase):
     """Fakes of views are autograd views of the fake of their base, and fakes of non-leaves
-    have a grad_fn, as the real tensors (FakeTensorConverter; 1.13.1's fakes are detached
-    leaves)."""
+    have a grad_fn, as the real tensors (FakeTensorConverter)."""
 
     def _check_autograd_fields(self, fake, real):
         self.assertIsInstance(fake, FakeTensor)
@@ -2862,7 +2944,7 @@ class FakeViewConversionTest(TestCase):
         return fake
 
     def test_view_of_view_with_grad_on_intermediate(self):
-        x, z = _patchset_view_of_view_grad()
+        x, z = _view_of_view_grad()
         fz = self._fake_of_view_checked(x, z)
         self.assertFalse(fz.is_leaf)
         self.assertFalse(fz._base.requires_grad)
@@ -2870,7 +2952,7 @@ class FakeViewConversionTest(TestCase):
         self.assertEqual(grad.shape, z.shape)
 
     def test_leaf_view_of_base_requiring_grad(self):
-        x, v = _patchset_leaf_view_of_grad_base()
+        x, v = _leaf_view_of_grad_base()
         self.assertTrue(self._fake_of_view_checked(x, v).is_leaf)
 
     def test_non_view_non_leaf_has_grad_fn_and_grad_flows(self):
@@ -2953,7 +3035,7 @@ class FakeViewConversionTest(TestCase):
     def test_view_conversion_invisible_to_user_modes_and_stacks_restored(self):
         mode = FakeTensorMode()
         x = torch.randn(4, 6, requires_grad=True)
-        dispatch_recorder, function_recorder = _PatchsetDispatchRecorder(), _PatchsetRecordingMode()
+        dispatch_recorder, function_recorder = _DispatchRecorder(), _FunctionCallRecorder()
         with function_recorder, dispatch_recorder:
             fv = mode.from_tensor(x[1:].t())
             fn = mode.from_tensor(x * 2)
@@ -2965,7 +3047,7 @@ class FakeViewConversionTest(TestCase):
         self.assertEqual(dispatch_stack, [dispatch_recorder])
         self.assertEqual(function_stack, [function_recorder])
         # the view ops that make the fakes reach no mode (the converter's attribute reads and
-        # MetaConverter's own factory calls reach torch-function modes, as in 1.13.1); the
+        # MetaConverter's own factory calls reach torch-function modes); the
         # dispatch mode sees only the ops the test itself ran
         self.assertNotIn("as_strided", function_recorder.log)
         self.assertNotIn("view_as", function_recorder.log)
@@ -2994,63 +3076,25 @@ class FakeViewConversionTest(TestCase):
         self.assertIs(fv._base, mode.from_tensor(x))
 
 
-def _patchset_grad_fn_names(t):
-    names, node = [], t.grad_fn
-    while node is not None and len(names) < 12:
-        names.append(node.name())
-        node = node.next_functions[0][0] if node.next_functions else None
-    return names
-
-
-_PATCHSET_GRAD_BASE = torch.randn(4, 6, requires_grad=True)
-
-
-_PATCHSET_VIEWS_OF_GRAD_BASE = {
-    "slice": lambda b: b[1:],
-    "strided_slices": lambda b: b[1:, ::2],
-    "slice_t": lambda b: b[1:].t(),
-    "select": lambda b: b[1],
-    "view": lambda b: b.view(24),
-    "view_of_view": lambda b: b.view(24).view(2, 12),
-    "unsqueeze_squeeze": lambda b: b[None].squeeze(0),
-    "diagonal": lambda b: b.diagonal(),
-    "unfold": lambda b: b.unfold(1, 2, 1),
-    "expand": lambda b: b[:1].expand(3, 6),
-    "permute": lambda b: b.permute(1, 0),
-    "transpose": lambda b: b.transpose(0, 1),
-    "as_strided": lambda b: b.as_strided((2, 2), (1, 2), 1),
-    "alias": lambda b: torch.ops.aten.alias.default(b),
-}
-
-
 class FakeViewGradFnKindTest(TestCase):
     """The grad_fn of a converted view of a base requiring grad is of the real view's kinds
-    (its view ops replayed on the base's fake or meta), not one AsStridedBackward0."""
+    (its view ops replayed on the base's fake), not one AsStridedBackward0."""
 
-    @parametrize("kind", list(_PATCHSET_VIEWS_OF_GRAD_BASE))
+    @parametrize("kind", list(_VIEWS_OF_GRAD_BASE))
     def test_fake_of_view_has_real_grad_fn_kinds(self, kind):
-        v = _PATCHSET_VIEWS_OF_GRAD_BASE[kind](_PATCHSET_GRAD_BASE)
+        v = _VIEWS_OF_GRAD_BASE[kind](_GRAD_BASE)
         mode = FakeTensorMode()
         fv = mode.from_tensor(v)
-        self.assertEqual(_patchset_grad_fn_names(fv), _patchset_grad_fn_names(v))
+        self.assertEqual(_grad_fn_names(fv), _grad_fn_names(v))
         self.assertEqual((fv.shape, fv.stride(), fv.storage_offset()),
                          (v.shape, v.stride(), v.storage_offset()))
-        self.assertIs(fv._base, mode.from_tensor(_PATCHSET_GRAD_BASE))
-
-    @parametrize("kind", ["slice_t", "unfold", "expand"])
-    def test_meta_of_view_has_real_grad_fn_kinds(self, kind):
-        v = _PATCHSET_VIEWS_OF_GRAD_BASE[kind](_PATCHSET_GRAD_BASE)
-        self.assertEqual(_patchset_grad_fn_names(MetaConverter()(v)), _patchset_grad_fn_names(v))
-
-    def test_multi_output_view_meta_has_real_grad_fn_kind(self):
-        v = _PATCHSET_GRAD_BASE.split([1, 3])[1].t()
-        self.assertEqual(_patchset_grad_fn_names(MetaConverter()(v)), _patchset_grad_fn_names(v))
+        self.assertIs(fv._base, mode.from_tensor(_GRAD_BASE))
 
     def test_backward_through_replayed_view_reaches_base_fake(self):
         mode = FakeTensorMode()
-        fv = mode.from_tensor(_PATCHSET_GRAD_BASE[1:].t())
-        (grad,) = torch.autograd.grad(fv.sum(), mode.from_tensor(_PATCHSET_GRAD_BASE))
-        self.assertEqual(grad.shape, _PATCHSET_GRAD_BASE.shape)
+        fv = mode.from_tensor(_GRAD_BASE[1:].t())
+        (grad,) = torch.autograd.grad(fv.sum(), mode.from_tensor(_GRAD_BASE))
+        self.assertEqual(grad.shape, _GRAD_BASE.shape)
 
 
 instantiate_parametrized_tests(FakeViewGradFnKindTest)
@@ -3058,7 +3102,7 @@ instantiate_parametrized_tests(FakeViewGradFnKindTest)
 
 class FakeViewSymbolicAndConstantConversionTest(TestCase):
     """Views converted with a ShapeEnv (make_fx's tracing_mode="symbolic") or as constants are
-    autograd views of their base's fake too (1.13.1 and the eager-only version: leaf fakes)."""
+    autograd views of their base's fake too."""
 
     def _symbolic(self, *tensors):
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -3074,7 +3118,7 @@ class FakeViewSymbolicAndConstantConversionTest(TestCase):
         self.assertIs(fv._base, fx)
         self.assertTrue(any(isinstance(s, torch.SymIntNode) for s in fv.shape))
         self.assertEqual(torch._C._storage_id(fv), torch._C._storage_id(fx))
-        self.assertTrue(_patchset_version_moves(fv, fv, mode))
+        self.assertTrue(_version_moves(fv, fv, mode))
 
     def test_symbolic_view_of_base_converted_first_keeps_the_base_symbols(self):
         x = torch.randn(4, 6)
@@ -3119,24 +3163,24 @@ class FakeViewSymbolicAndConstantConversionTest(TestCase):
         self.assertIs(fv.constant, v)
         self.assertIs(fv._base, mode.from_tensor(x))
         self.assertIs(fv._base.constant, x)
-        self.assertTrue(_patchset_version_moves(fv, fv, mode))
+        self.assertTrue(_version_moves(fv, fv, mode))
 
     def test_kernel_view_of_constant_is_view_of_its_fake(self):
         mode = FakeTensorMode()
         with mode:
             x = torch.tensor([[1.0]])
-            out = _patchset_ops.transpose_view(x)
+            out = _fallback_ops.transpose_view(x)
         self.assertIsNotNone(x.constant)
         self.assertIsNotNone(out.constant)
         self.assertTrue(out._is_view())
         self.assertIs(out._base, x)
-        self.assertTrue(_patchset_version_moves(out, x, mode))
+        self.assertTrue(_version_moves(out, x, mode))
 
 
 # Conversions from several threads and from code that runs inside a conversion.
 
 
-def _patchset_real_cases():
+def _make_real_cases():
     """name -> a fresh real tensor of each kind the converter makes in its own way."""
     def view():
         return torch.randn(6, 5)[1:4, ::2]
@@ -3175,10 +3219,10 @@ def _patchset_real_cases():
                                     leaf_with_grad)}
 
 
-_PATCHSET_REAL_CASES = _patchset_real_cases()
+_REAL_CASES = _make_real_cases()
 
 
-def _patchset_fields(t):
+def _fields_of(t):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         grad = t.grad
@@ -3189,7 +3233,7 @@ def _patchset_fields(t):
 
 # Run in a subprocess (a crash fails the test instead of ending the run).  Prints one line of
 # counts; fakes die right after their check ("drop") or are kept per thread ("keep").
-_PATCHSET_THREAD_STRESS = r"""
+_THREAD_STRESS = r"""
 import random, sys, threading, traceback, warnings
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -3270,7 +3314,7 @@ print(f"conversions={conversions} errors={errors} wrong={wrong} duplicates={dupl
 """
 
 
-_PATCHSET_MAKE_FX_STRESS = r"""
+_MAKE_FX_STRESS = r"""
 import sys, threading, warnings
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -3309,7 +3353,7 @@ print("traces={} errors={} wrong={}".format(*[sum(c[k] for c in counts) for k in
 
 # gc at (nearly) every allocation, and a gc callback that converts another tensor with the
 # same mode: conversions inside every window of the conversions running when gc starts.
-_PATCHSET_REENTRANT_STRESS = r"""
+_REENTRANT_STRESS = r"""
 import gc, sys, warnings
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -3369,14 +3413,14 @@ print(" ".join(f"{k}={v}" for k, v in counts.items()))
 """
 
 
-def _patchset_run_script(test, script, *argv):
+def _run_script(test, script, *argv):
     proc = subprocess.run([sys.executable, "-c", script, *map(str, argv)],
                           capture_output=True, text=True, timeout=900)
     test.assertEqual(proc.returncode, 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}")
     return dict(kv.split("=") for kv in proc.stdout.split())
 
 
-class _PatchsetOpLog(TorchDispatchMode):
+class _OpLog(TorchDispatchMode):
     def __init__(self):
         self.log = []
 
@@ -3409,18 +3453,18 @@ class ConversionInsideConversionTest(TestCase):
             yield calls
         self.assertEqual(len(calls), 1)
 
-    @parametrize("inner", list(_PATCHSET_REAL_CASES))
+    @parametrize("inner", list(_REAL_CASES))
     @parametrize("outer", ["view", "dtype_view", "non_leaf_view"])
     def test_conversion_inside_view_conversion_is_correct(self, outer, inner):
         mode = FakeTensorMode()
-        real_outer, real_inner = _PATCHSET_REAL_CASES[outer](), _PATCHSET_REAL_CASES[inner]()
+        real_outer, real_inner = _REAL_CASES[outer](), _REAL_CASES[inner]()
         with self._inside_view_step(lambda: mode.from_tensor(real_inner)) as calls:
             fake_outer = mode.from_tensor(real_outer)
         fake_inner = calls[0]
         self.assertIsInstance(fake_inner, FakeTensor)
         self.assertIsInstance(fake_outer, FakeTensor)
-        self.assertEqual(_patchset_fields(fake_inner), _patchset_fields(real_inner))
-        self.assertEqual(_patchset_fields(fake_outer), _patchset_fields(real_outer))
+        self.assertEqual(_fields_of(fake_inner), _fields_of(real_inner))
+        self.assertEqual(_fields_of(fake_outer), _fields_of(real_outer))
         # the memo keeps the fakes made inside; nothing the converter keeps is a fake's fake
         self.assertIs(mode.from_tensor(real_inner), fake_inner)
         self.assertIs(mode.from_tensor(real_outer), fake_outer)
@@ -3433,7 +3477,7 @@ class ConversionInsideConversionTest(TestCase):
 
     def test_outer_view_conversion_keeps_its_mode_after_inner_view_conversion(self):
         mode = FakeTensorMode()
-        recorder = _PatchsetOpLog()
+        recorder = _OpLog()
         b = torch.randn(6, 5)
         inner, v = torch.randn(4, 3)[1:], b[2:, 1:]
         with self._inside_view_step(lambda: mode.from_tensor(inner)):
@@ -3446,7 +3490,7 @@ class ConversionInsideConversionTest(TestCase):
 
     def test_ops_inside_window_reach_the_modes_active_before(self):
         mode = FakeTensorMode()
-        recorder = _PatchsetOpLog()
+        recorder = _OpLog()
         x, v = torch.randn(3), torch.randn(6, 5)[1:]
         with self._inside_view_step(lambda: torch.ops.aten.add.Tensor(x, 1)) as calls:
             with recorder:
@@ -3481,11 +3525,11 @@ class ConversionInsideConversionTest(TestCase):
         with self._inside_view_step(drop_box):
             mode.from_tensor(torch.randn(6, 5)[1:])
         self.assertEqual(len(results), 1)
-        self.assertEqual(_patchset_fields(results[0]), _patchset_fields(real))
+        self.assertEqual(_fields_of(results[0]), _fields_of(real))
         self.assertIs(results[0]._base, mode.from_tensor(real._base))
 
     def test_gc_stress_inside_conversions_gives_correct_fakes(self):
-        counts = _patchset_run_script(self, _PATCHSET_REENTRANT_STRESS, 3000)
+        counts = _run_script(self, _REENTRANT_STRESS, 3000)
         self.assertEqual(counts["inner"], "3000")
         self.assertEqual((counts["inner_wrong"], counts["outer_wrong"], counts["errors"]),
                          ("0", "0", "0"))
@@ -3501,7 +3545,7 @@ class ConversionThreadTest(TestCase):
     def test_memo_reference_stays_valid_when_the_owner_goes(self, owner):
         # The fake of x is referred to by another fake's TensorImpl (as base of a view or as
         # .grad).  A reference the memo handed out before that owner goes must stay the fake
-        # (1.13 stubs or frees a PyObject that C++ owned; another thread can free the owner
+        # (torch stubs or frees a PyObject that C++ owned; another thread can free the owner
         # at any bytecode, with the GIL released).
         mode = FakeTensorMode()
         if owner == "view":
@@ -3522,38 +3566,16 @@ class ConversionThreadTest(TestCase):
             self.assertIs(mode.from_tensor(x), taken)
         self.assertEqual([str(w.message) for w in caught], [])
 
-    def test_kernel_invocation_of_another_thread_keeps_devices(self):
-        import torch._subclasses.fake_tensor as fake_tensor
-        mode = FakeTensorMode()
-        fake = mode.from_tensor(torch.randn(2))
-        inside, release = threading.Event(), threading.Event()
-
-        def kernel():
-            with fake_tensor.in_kernel_invocation_manager(mode):
-                inside.set()
-                release.wait(60)
-
-        other = threading.Thread(target=kernel)
-        other.start()
-        try:
-            self.assertTrue(inside.wait(60))
-            self.assertEqual(fake.device, torch.device("cpu"))
-            view = mode.from_tensor(torch.randn(4, 3)[1:])
-            self.assertEqual(view.device, torch.device("cpu"))
-        finally:
-            release.set()
-            other.join()
-
     @parametrize("n_threads", [4, 8])
     @parametrize("fakes", ["drop", "keep"])
     def test_threads_sharing_a_mode_get_correct_fakes(self, n_threads, fakes):
-        counts = _patchset_run_script(self, _PATCHSET_THREAD_STRESS, n_threads, 3, fakes)
+        counts = _run_script(self, _THREAD_STRESS, n_threads, 3, fakes)
         self.assertEqual(counts["conversions"], str(n_threads * 300 * 3))
         self.assertEqual((counts["errors"], counts["wrong"], counts["duplicates"]),
                          ("0", "0", "0"))
 
     def test_make_fx_fake_traces_from_several_threads(self):
-        counts = _patchset_run_script(self, _PATCHSET_MAKE_FX_STRESS, 4, 10)
+        counts = _run_script(self, _MAKE_FX_STRESS, 4, 10)
         self.assertEqual(counts, {"traces": "40", "errors": "0", "wrong": "0"})
 
 
@@ -3563,7 +3585,7 @@ instantiate_parametrized_tests(ConversionThreadTest)
 # Tracing frees its modes: the proxy slots live in the tracer, not on the tensors.
 
 
-class _PatchsetModeRecorder:
+class _FakeModeRecorder:
     """Weak references to every FakeTensorMode made inside the `with` block."""
 
     def __init__(self):
@@ -3590,13 +3612,13 @@ class _PatchsetModeRecorder:
         return sum(ref() is not None for ref in self.refs)
 
 
-def _patchset_mlp():
+def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
 
 
-class PatchsetTracingFreesModeTest(TestCase):
+class TracingFreesModeTest(TestCase):
     def assert_traces_free_modes(self, trace, traces=3):
-        with _PatchsetModeRecorder() as recorder:
+        with _FakeModeRecorder() as recorder:
             for _ in range(traces):
                 out = trace()
                 del out
@@ -3610,8 +3632,8 @@ class PatchsetTracingFreesModeTest(TestCase):
         return lambda: make_fx(f, tracing_mode=tracing_mode)(torch.randn(2, 3), torch.randn(4, 3))
 
     def backward_trace(self):
-        # fake only: 1.13.1's AccumulateGrad cannot take symbolic strides
-        model = _patchset_mlp()
+        # fake only: AccumulateGrad cannot take symbolic strides
+        model = _mlp()
         params = {name: p.detach().requires_grad_() for name, p in model.named_parameters()}
 
         def step(params, x):
@@ -3651,7 +3673,7 @@ class PatchsetTracingFreesModeTest(TestCase):
         from functorch._src import config
         from functorch.compile import aot_function, nop
 
-        model = _patchset_mlp()
+        model = _mlp()
         names = [name for name, _ in model.named_parameters()]
         params = [p.detach().requires_grad_() for p in model.parameters()]
 
@@ -3670,7 +3692,7 @@ class PatchsetTracingFreesModeTest(TestCase):
         self.assertEqual(gm(x, w), [w.t(), x.view(-1), x.transpose(0, 1), torch.mm(x, w.t())])
 
 
-class PatchsetProxySlotTest(TestCase):
+class ProxyTracingStateTest(TestCase):
     def setUp(self):
         super().setUp()
         self.tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
@@ -3840,6 +3862,90 @@ class FakeTensorConstructorDeviceTest(TestCase):
 
 
 instantiate_parametrized_tests(FakeTensorConstructorDeviceTest)
+
+
+# A decomposition of detach that C++ asks for (a backward node saving its output) runs below
+# autograd, as VariableType runs the detach kernel.
+
+
+def _detach_decomposition(outputs):
+    """torch._decomp's decomposition of aten.detach (aten.alias, in inductor's table), recording
+    whether each result carries autograd history."""
+    from torch._decomp import get_decompositions
+
+    decomposition = get_decompositions([torch.ops.aten.detach])[torch.ops.aten.detach.default]
+
+    def recording(x):
+        out = decomposition(x)
+        outputs.append((out._is_view(), out.grad_fn is not None))
+        return out
+
+    return {torch.ops.aten.detach.default: recording}
+
+
+def _fakes_alive():
+    return sum(isinstance(o, FakeTensor) for o in gc.get_objects())
+
+
+class DetachDecompositionBelowAutogradTest(TestCase):
+    def relu_weight(self, with_grad):
+        w = torch.randn(4, 4, requires_grad=True)
+        if with_grad:
+            w.grad = torch.ones(4, 4)
+        return w
+
+    def test_detach_asked_by_a_saving_node_records_no_autograd_history(self):
+        outputs = []
+        # no detach in f: relu's backward node saves its output, C++ asks the modes to detach it
+        gm = make_fx(lambda w: (w * 2).relu(), _detach_decomposition(outputs),
+                     tracing_mode="fake")(self.relu_weight(False))
+        self.assertEqual(outputs, [(False, False)])
+        w = torch.randn(4, 4)
+        self.assertEqual(gm(w), (w * 2).relu())
+
+    def test_user_detach_keeps_its_graph_and_result(self):
+        outputs = []
+        gm = make_fx(lambda w: (w * 2).detach() + 1, _detach_decomposition(outputs),
+                     tracing_mode="fake")(self.relu_weight(False))
+        # the user's detach, then the one C++ asks for to make its result a detached tensor
+        self.assertEqual(outputs, [(False, False), (False, False)])
+        targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        self.assertEqual(targets, ["aten.mul.Tensor", "aten.alias.default", "aten.alias.default",
+                                   "aten.add.Tensor"])
+        w = torch.randn(4, 4)
+        self.assertEqual(gm(w), w * 2 + 1)
+
+    def assert_frees_fakes_and_modes(self, trace):
+        gc.collect()
+        before = _fakes_alive()
+        with _FakeModeRecorder() as recorder:
+            for _ in range(3):
+                out = trace()
+                del out
+        # the second collection frees a .grad fake the converter keeps (see _keep_python_owned)
+        gc.collect()
+        self.assertEqual(recorder.alive_after_gc(), 0)
+        self.assertEqual(_fakes_alive(), before)
+
+    def test_make_fx_with_detach_decomposition_frees_fakes_and_modes(self):
+        for with_grad in (False, True):
+            w = self.relu_weight(with_grad)
+            self.assert_frees_fakes_and_modes(lambda: make_fx(
+                lambda w: (w * 2).relu(), _detach_decomposition([]), tracing_mode="fake")(w))
+
+    def test_functionalized_aot_function_with_inductor_decompositions_frees_modes(self):
+        # what torchinductor's compile_fx runs: functionalization, fake tensors, decompositions
+        # with aten.detach; a parameter with a .grad, as a second training step has
+        from functorch._src import config
+        from functorch.compile import aot_function, nop
+
+        w = self.relu_weight(True)
+        x = torch.randn(2, 4)
+        with unittest.mock.patch.object(config, "use_fake_tensor", True), \
+                unittest.mock.patch.object(config, "use_functionalize", True):
+            self.assert_frees_fakes_and_modes(lambda: aot_function(
+                lambda w, x: (x @ w).relu().sum(), nop,
+                decompositions=_detach_decomposition([]))(w, x))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ M1-M3 fake-trace torchvision training steps (resnet18, mobilenet_v2, vit_b_16) a
 with a Meta kernel for every op, the big batch costs what the small one does, and no op reaches
 run_fallback_kernel (whose calls the workers count).
 
+D1-D4 compile a torchvision training step (resnet18, mobilenet_v2) with torchdynamo 1.13.0's
+aot_eager and inductor backends N times, torchdynamo.reset() between compiles, as a user
+compiling in a loop does (torchdynamo is in the pip venv only: `setup --pip`).
+
 F1 measures the fallback aliasing patch instead: the peak memory of a fallback kernel whose
 output is a view of a big input, against the real zero stand-in the fallback cannot do without.
 
@@ -45,7 +49,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "W1", "W2", "W3", "W3v", "W4", "F1", "S1", "S2", "S3")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "D1", "D2", "D3", "D4", "W1", "W2", "W3",
+             "W3v", "W4", "F1", "S1", "S2", "S3")
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
@@ -65,6 +70,8 @@ FULL_SIZES: Dict[str, int] = {
     "m_image": 224,
     "m_small_batch": 2,
     "m_large_batch": 32,
+    "d_compiles": 4,
+    "d_image": 64,
     "f1_elements": 50_000_000,
     "s1_tensors": 300,
     "s1_rounds": 20,
@@ -74,7 +81,7 @@ FULL_SIZES: Dict[str, int] = {
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
-    r1_traces=20, r_traces=10, m_traces=2, f1_elements=5_000_000, s1_rounds=3,
+    r1_traces=20, r_traces=10, m_traces=2, d_compiles=2, f1_elements=5_000_000, s1_rounds=3,
     s3_runs=3,
 )
 STRESS_PREFIX = "STRESS_RESULT "
@@ -578,6 +585,83 @@ def work_m(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> D
     return out
 
 
+# --- D1-D4: torchdynamo compiles of a training step, torchdynamo.reset() between them --------
+# Each compile makes several FakeTensorModes (dynamo's, aot_autograd's); what a compile leaves
+# alive adds up over a loop of compiles. The parameters keep a .grad between steps (zeroed in
+# place, as optimizer.zero_grad() does in 1.13), as in a training loop.
+
+D_RUNS = {"D1": ("resnet18", "aot_eager"), "D2": ("resnet18", "inductor"),
+          "D3": ("mobilenet_v2", "aot_eager"), "D4": ("mobilenet_v2", "inductor")}
+
+
+def work_d(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> Dict[str, Any]:
+    import logging
+    import warnings
+
+    import torchdynamo
+    import torchvision
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("torchdynamo").setLevel(logging.ERROR)
+    name, backend = D_RUNS[workload]
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)()
+    x = torch.randn(2, 3, sizes["d_image"], sizes["d_image"])
+    target = torch.randint(0, 1000, (2,))
+
+    def step(x: Any, target: Any) -> Any:
+        loss = torch.nn.functional.cross_entropy(model(x), target)
+        loss.backward()
+        return loss
+
+    def grads() -> List[Any]:
+        return [p.grad.clone() for p in model.parameters()]
+
+    def zero_grads() -> None:
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.zero_()
+
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    eager_loss = step(x, target).detach()
+    eager_grads = grads()
+    refs = record_modes(mode_cls)
+    alive, times, errors = [], [], []
+    base = None
+    for i in range(sizes["d_compiles"]):
+        torchdynamo.reset()
+        gc.collect()
+        model.load_state_dict(state)  # the BatchNorm running stats eager started from
+        zero_grads()
+        start = time.perf_counter()
+        compiled = torchdynamo.optimize(backend)(step)
+        loss = compiled(x, target)
+        times.append((time.perf_counter() - start) * 1e3)
+        errors.append(max([float((loss.detach() - eager_loss).abs().max())]
+                          + [float((g - e).abs().max()) for g, e in zip(grads(), eager_grads)]))
+        gc.collect()
+        alive.append(sum(1 for ref in refs if ref() is not None))
+        if base is None:
+            base = rss_bytes()[0]
+    compiles_modes = len(refs)
+    del compiled, loss
+    torchdynamo.reset()
+    gc.collect()
+    out: Dict[str, Any] = {
+        "ms_per_compile": min(times),
+        "ms_first_compile": times[0],
+        "modes_alive": ", ".join(map(str, alive)),
+        "modes_alive_last": alive[-1],
+        "modes_made": compiles_modes,
+        "modes_alive_dropped": sum(1 for ref in refs if ref() is not None),
+        "max_abs_error": max(errors),
+    }
+    gc.collect()
+    out["modes_alive_dropped_2"] = sum(1 for ref in refs if ref() is not None)
+    out["rss_growth_mb"] = (rss_bytes()[0] - base) / 2**20
+    return out
+
+
 def proc_status_kb(field: str) -> Optional[int]:
     try:
         with open("/proc/self/status") as status:
@@ -907,6 +991,8 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "M1": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M1"),
     "M2": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M2"),
     "M3": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M3"),
+    **{name: (lambda torch, mode_cls, sizes, name=name: work_d(torch, mode_cls, sizes, name))
+       for name in D_RUNS},
     "F1": work_f1,
     "S1": work_s1,
     "S2": work_s2,
@@ -1076,6 +1162,18 @@ M_ROWS: List[Tuple[str, str, str]] = [
     ("fallback_calls_large", "run_fallback_kernel calls per trace, batch {m_large_batch}", "count"),
 ]
 ROWS.update({name: M_ROWS for name in M_MODELS})
+D_ROWS: List[Tuple[str, str, str]] = [
+    ("modes_alive", "FakeTensorModes alive after each compile (one gc.collect())", "info"),
+    ("modes_alive_last", "... after the last compile", "count"),
+    ("modes_alive_dropped", "... once the compiled function is dropped (one gc.collect())", "count"),
+    ("modes_alive_dropped_2", "... after a second gc.collect()", "count"),
+    ("modes_made", "FakeTensorModes made, all compiles", "count"),
+    ("ms_per_compile", "ms per compile (best)", "time"),
+    ("ms_first_compile", "ms, first compile", "time"),
+    ("rss_growth_mb", "RSS growth from the first compile to the last (MB)", "mem"),
+    ("max_abs_error", "loss and grads vs eager, max abs error", "mem"),
+]
+ROWS.update({name: D_ROWS for name in D_RUNS})
 ROWS["F1"] = [
     ("outcome", "result of the call", "info"),
     ("stand_ins_mb", "real zero stand-in (MB)", "info"),
@@ -1132,6 +1230,10 @@ TITLES = {
           "loss.backward()), {m_image}x{m_image} images",
     "M3": "M3 {m_traces:,} x make_fx fake: torchvision vit_b_16 train step (cross-entropy, "
           "loss.backward()), {m_image}x{m_image} images",
+    **{name: f"{name} {{d_compiles:,}} x torchdynamo.optimize(\"{backend}\"): torchvision {model} "
+             "train step (cross-entropy, loss.backward()), batch 2, {d_image}x{d_image}, "
+             "torchdynamo.reset() between compiles"
+       for name, (model, backend) in D_RUNS.items()},
     "F1": "F1 fallback op returning a view of a {f1_elements:,}-element float32 input",
     "S1": "S1 threads sharing one mode, each converting the same {s1_tensors:,} tensors (views, "
           "dtype views, views of non-leaves, Parameters with grads) in its own order, "
@@ -1247,6 +1349,19 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
         text = "<= 0.6x unpatched" + (" and <= vs" if "vs" in agg else "")
         out["ms_small"] = (text, verdict(None if ref is None else cmp(
             "ms_small", lambda v: v <= 0.6 * ref and (vs is None or v <= vs))))
+    if workload in D_RUNS:
+        for key in ("modes_alive_dropped",):
+            out[key] = ("0", verdict(cmp(key, lambda v: v == 0)))
+        first = [int(n) for n in str(pat.get("modes_alive") or "").split(", ") if n]
+        out["modes_alive_last"] = ("<= after the first compile", verdict(
+            cmp("modes_alive_last", lambda v: bool(first) and v <= first[0])))
+        ref = num(unp, "max_abs_error")
+        out["max_abs_error"] = ("<= unpatched's (+1e-6)", verdict(
+            None if ref is None else cmp("max_abs_error", lambda v: v <= ref + 1e-6)))
+        if D_RUNS[workload][1] == "aot_eager":
+            ref = num(unp, "ms_per_compile")
+            out["ms_per_compile"] = ("<= 0.6x unpatched", verdict(
+                None if ref is None else cmp("ms_per_compile", lambda v: v <= 0.6 * ref)))
     if workload == "S1":
         for key, _, kind in ROWS["S1"]:
             if key.split(".")[1] in ("crashed", "exit", "errors", "wrong", "duplicates"):
@@ -1367,8 +1482,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=2,
                         help="alternating repeats per runtime (default 2)")
     parser.add_argument("--quick", action="store_true", help="scaled-down counts (smoke run)")
-    parser.add_argument("--workloads", type=parse_workloads, default=list(WORKLOADS),
-                        help="comma-separated subset of " + ",".join(WORKLOADS))
+    parser.add_argument("--workloads", type=parse_workloads,
+                        default=[w for w in WORKLOADS if w not in D_RUNS],
+                        help="comma-separated subset of " + ",".join(WORKLOADS)
+                        + " (default: all but D1-D4, which need the pip venv's torchdynamo)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--python-unpatched", help="python of the unpatched runtime "
                         "(default <repo>/.venv/bin/python with PATCHSET_OVERLAY=0)")

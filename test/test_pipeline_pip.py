@@ -80,6 +80,7 @@ def installed(pip_python: Path) -> Iterator[Path]:
 
 def test_pip_venv_has_the_pins_and_the_pinned_base_files(pip_python: Path) -> None:
     assert wrong_pins(Runner(echo=False), pip_python, setup_cmd.PIP_TORCH_PINS) == []
+    assert wrong_pins(Runner(echo=False), pip_python, setup_cmd.PIP_DYNAMO_PINS) == []
     site = site_packages()
     assert site.is_relative_to(PROJECT.root / ".venv-pip")
     for entry in entries():

@@ -44,6 +44,12 @@ PIP_PYTHONS = ((3, 10), (3, 9), (3, 8), (3, 7))
 PIP_TORCH_PINS: Dict[str, str] = {"torch": "1.13.1", "torchvision": "0.14.1", "numpy": "1.21.6",
                                   "PyYAML": "6.0.1", "sympy": "1.10.1", "pytest": "7.4.4",
                                   "expecttest": "0.1.6"}
+# TorchDynamo for torch 1.13 is PyPI's `torchdynamo` 1.13.0 (Python < 3.11, so this venv only):
+# its sdist imports torch when it builds, hence --no-build-isolation after the pins above; its
+# inductor backend needs filelock on the CPU (and sympy<1.12, which the pin above is).
+# `bench`'s dynamo workloads (D1-D4) compile with it.
+PIP_DYNAMO_PINS: Dict[str, str] = {"torchdynamo": "1.13.0", "filelock": "3.12.2"}
+PIP_DYNAMO_ARGS = ("--no-build-isolation",)
 
 
 # --- the system torch ---------------------------------------------------------------------
@@ -104,7 +110,9 @@ def ensure_pip_venv(project: Project, runner: Runner, environ: Mapping[str, str]
         base = venv_python(venv)  # made before: only its pins are checked
     else:
         base = find_python(runner, PIP_PYTHONS, environ, f"{PIP_VENV} (pip's torch==1.13.1)")
-    return ensure_pinned_venv(runner, base, venv, PIP_TORCH_PINS, "setup --pip")
+    actions = ensure_pinned_venv(runner, base, venv, PIP_TORCH_PINS, "setup --pip")
+    return actions + ensure_pinned_venv(runner, base, venv, PIP_DYNAMO_PINS, "setup --pip",
+                                        PIP_DYNAMO_ARGS)
 
 
 def cmd_setup(project: Project, runner: Runner, args: argparse.Namespace) -> int:

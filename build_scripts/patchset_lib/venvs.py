@@ -53,8 +53,9 @@ def check_is_venv(venv: Path) -> Optional[str]:
 
 
 def ensure_pinned_venv(runner: Runner, base_python: Path, venv: Path, pins: Mapping[str, str],
-                       label: str) -> List[str]:
-    """Make `venv` from `base_python` with `pins` installed; returns what was done."""
+                       label: str, pip_args: Sequence[str] = ()) -> List[str]:
+    """Make `venv` from `base_python` with `pins` installed (`pip install` given `pip_args`
+    too); returns what was done."""
     error = check_is_venv(venv)
     if error:
         raise PatchsetError(error)
@@ -67,7 +68,7 @@ def ensure_pinned_venv(runner: Runner, base_python: Path, venv: Path, pins: Mapp
     if wrong:
         print(f"{label}: installing {' '.join(wrong)} into {venv}", flush=True)
         runner.run([venv_python(venv), "-m", "pip", "install", "--disable-pip-version-check",
-                    "--no-input", *wrong])
+                    "--no-input", *pip_args, *wrong])
         still = wrong_pins(runner, venv_python(venv), pins)
         if still:
             raise PatchsetError(f"pip did not install the pinned {', '.join(still)} into {venv}")

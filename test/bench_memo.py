@@ -11,6 +11,12 @@ D1-D4 compile a torchvision training step (resnet18, mobilenet_v2) with torchdyn
 aot_eager and inductor backends N times, torchdynamo.reset() between compiles, as a user
 compiling in a loop does (torchdynamo is in the pip venv only: `setup --pip`).
 
+Z1 is the model zoo: a fake training-step trace of every torchvision model builder
+(classification, segmentation, video, optical flow, detection), small inputs, the model's own
+parameters and buffers through functional_call: traced or the first line of its error, fallback
+calls, graph nodes, ms, FakeTensorModes alive after one gc.collect() once the model and the
+trace are dropped.
+
 F1 measures the fallback aliasing patch instead: the peak memory of a fallback kernel whose
 output is a view of a big input, against the real zero stand-in the fallback cannot do without.
 
@@ -49,8 +55,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "D1", "D2", "D3", "D4", "W1", "W2", "W3",
-             "W3v", "W4", "F1", "S1", "S2", "S3")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "D1", "D2", "D3", "D4", "Z1", "W1", "W2",
+             "W3", "W3v", "W4", "F1", "S1", "S2", "S3")
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
@@ -72,6 +78,7 @@ FULL_SIZES: Dict[str, int] = {
     "m_large_batch": 32,
     "d_compiles": 4,
     "d_image": 64,
+    "z_quick": 0,
     "f1_elements": 50_000_000,
     "s1_tensors": 300,
     "s1_rounds": 20,
@@ -81,8 +88,8 @@ FULL_SIZES: Dict[str, int] = {
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
-    r1_traces=20, r_traces=10, m_traces=2, d_compiles=2, f1_elements=5_000_000, s1_rounds=3,
-    s3_runs=3,
+    r1_traces=20, r_traces=10, m_traces=2, d_compiles=2, z_quick=1, f1_elements=5_000_000,
+    s1_rounds=3, s3_runs=3,
 )
 STRESS_PREFIX = "STRESS_RESULT "
 
@@ -662,6 +669,107 @@ def work_d(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> D
     return out
 
 
+# --- Z1: the torchvision model zoo, one fake training-step trace per builder -----------------
+
+Z_FAMILIES = ("", "segmentation", "video", "optical_flow", "detection")
+Z_QUICK = ("resnet18", "swin_t", "vit_b_16", "fcn_resnet50", "r3d_18", "raft_small",
+           "fasterrcnn_mobilenet_v3_large_320_fpn")
+Z_KEYS = ("status", "fallback", "nodes", "ms", "alive")
+
+
+def _z_inputs(torch: Any, family: str, name: str) -> Tuple[Tuple[Any, ...], Callable[[Any], Any]]:
+    """Small inputs for one builder and the loss of its training-mode output."""
+    ce = torch.nn.functional.cross_entropy
+    if family == "detection":
+        images = [torch.rand(3, 128, 128), torch.rand(3, 128, 128)]
+        target = {"boxes": torch.tensor([[10.0, 10.0, 60.0, 60.0]]), "labels": torch.tensor([1]),
+                  "masks": torch.zeros(1, 128, 128, dtype=torch.uint8),
+                  "keypoints": torch.ones(1, 17, 3)}
+        return (images, [dict(target), dict(target)]), lambda out: sum(out.values())
+    if family == "optical_flow":
+        return (torch.rand(1, 3, 128, 128), torch.rand(1, 3, 128, 128)), lambda out: out[-1].sum()
+    if family == "video":
+        frames, side = (16, 224) if name.startswith("mvit") else (8, 64)
+        return ((torch.randn(2, 3, frames, side, side),),
+                lambda out: ce(out, torch.randint(0, 400, (2,))))
+    if family == "segmentation":
+        return ((torch.randn(2, 3, 64, 64),),
+                lambda out: ce(out["out"], torch.randint(0, 21, (2, 64, 64))))
+    side = 224 if name.startswith(("vit", "maxvit")) else 80 if name == "inception_v3" else 64
+
+    def loss(out: Any) -> Any:  # googlenet and inception_v3 add aux outputs when training
+        return ce(out[0] if isinstance(out, tuple) else out, torch.randint(0, 1000, (2,)))
+
+    return (torch.randn(2, 3, side, side),), loss
+
+
+def _z_skip_init(torch: Any) -> Callable[[], None]:
+    """Weights stay uninitialized while the builders run (a fake trace never reads them; the
+    biggest builders spend minutes drawing random numbers); returns the undo."""
+    init = torch.nn.init
+    saved = {n: getattr(init, n) for n in dir(init) if n.endswith("_") and not n.startswith("_")}
+    for n in saved:
+        setattr(init, n, lambda tensor, *args, **kwargs: tensor)
+    return lambda: [setattr(init, n, f) for n, f in saved.items()]
+
+
+def work_z(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    import warnings
+
+    import torchvision
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.nn.utils import stateless
+
+    warnings.filterwarnings("ignore")
+    calls = count_fallback_calls(torch)
+    refs = record_modes(mode_cls)
+    out: Dict[str, Any] = {}
+    for family in Z_FAMILIES:
+        module = getattr(torchvision.models, family) if family else torchvision.models
+        for name in torchvision.models.list_models(module):
+            if sizes["z_quick"] and name not in Z_QUICK:
+                continue
+            torch.manual_seed(0)
+            undo = _z_skip_init(torch)
+            try:
+                # no download: the detection and segmentation builders default to an ImageNet
+                # backbone
+                extra = {"weights_backbone": None} if family in ("segmentation", "detection") else {}
+                model = torchvision.models.get_model(name, weights=None, **extra)
+            finally:
+                undo()
+            model.train()
+            inputs, loss_of = _z_inputs(torch, family, name)
+            tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+            def step(tensors: Dict[str, Any], *inputs: Any) -> Any:
+                loss = loss_of(stateless.functional_call(model, tensors, inputs))
+                loss.backward()
+                return loss, [t.grad for t in tensors.values() if t.requires_grad]
+
+            first_mode = len(refs)
+            before = calls()
+            start = time.perf_counter()
+            try:
+                gm = make_fx(step, tracing_mode="fake")(tensors, *inputs)
+                status, nodes = "traced", len(gm.graph.nodes)
+                del gm
+            except Exception as exc:  # the first line of the error is the figure
+                lines = str(exc).strip().splitlines() or [""]
+                status, nodes = f"{type(exc).__name__}: {lines[0][:90]}", None
+                del exc
+            ms = (time.perf_counter() - start) * 1e3
+            del model, tensors, inputs, step
+            gc.collect()
+            out[f"{name}|status"] = status
+            out[f"{name}|fallback"] = calls() - before if before >= 0 else None
+            out[f"{name}|nodes"] = nodes
+            out[f"{name}|ms"] = ms
+            out[f"{name}|alive"] = sum(1 for ref in refs[first_mode:] if ref() is not None)
+            print(f"Z1 {name}: {status[:60]} {nodes} nodes {ms:.0f} ms", file=sys.stderr, flush=True)
+    return out
+
+
 def proc_status_kb(field: str) -> Optional[int]:
     try:
         with open("/proc/self/status") as status:
@@ -993,6 +1101,7 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "M3": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M3"),
     **{name: (lambda torch, mode_cls, sizes, name=name: work_d(torch, mode_cls, sizes, name))
        for name in D_RUNS},
+    "Z1": work_z,
     "F1": work_f1,
     "S1": work_s1,
     "S2": work_s2,
@@ -1390,10 +1499,50 @@ def table(headers: List[str], rows: List[List[str]]) -> str:
     return "\n".join([line(headers), rule] + [line(r) for r in rows])
 
 
+def render_zoo(runtimes: List[Runtime], results: Dict[str, List[Dict[str, Any]]]) -> str:
+    """Z1: one row per model, one cell per runtime (its last repeat), then the totals."""
+    last = {rt.name: (results.get(rt.name) or [{"metrics": {}}])[-1]["metrics"] for rt in runtimes}
+    models: List[str] = []
+    for metrics in last.values():
+        models += [k.split("|")[0] for k in metrics if k.endswith("|status")
+                   and k.split("|")[0] not in models]
+
+    def cell(m: Dict[str, Any], name: str) -> str:
+        status = m.get(f"{name}|status")
+        if status is None:
+            return "n/a"
+        if status != "traced":
+            return f"{status[:70]}; fb {fmt(m.get(f'{name}|fallback'))}, alive {m.get(f'{name}|alive')}"
+        return (f"{fmt(m.get(f'{name}|nodes'))} nodes, fb {fmt(m.get(f'{name}|fallback'))}, "
+                f"{fmt(m.get(f'{name}|ms'))} ms, alive {m.get(f'{name}|alive')}")
+
+    names = [rt.name for rt in runtimes]
+    rows = [[name] + [cell(last[n], name) for n in names] for name in models]
+    summary = []
+    for n in names:
+        m = last[n]
+        traced = [x for x in models if m.get(f"{x}|status") == "traced"]
+        summary.append(f"{n}: {len(traced)}/{len(models)} traced, fallback calls "
+                       f"{sum(m.get(f'{x}|fallback') or 0 for x in models):,}, models with a mode "
+                       f"alive after one gc.collect() {sum(1 for x in models if m.get(f'{x}|alive'))}")
+    unp, pat = last.get("unpatched", {}), last.get("patched", {})
+    lost = [x for x in models if unp.get(f"{x}|status") == "traced" and pat.get(f"{x}|status") != "traced"]
+    other = [x for x in models if unp.get(f"{x}|status") == pat.get(f"{x}|status") == "traced"
+             and unp.get(f"{x}|nodes") != pat.get(f"{x}|nodes")]
+    summary.append(f"traced unpatched but not patched: {', '.join(lost) or 'none'}; "
+                   f"graph node counts that differ: {', '.join(other) or 'none'}")
+    title = ("Z1 torchvision model zoo: one make_fx fake training-step trace per builder "
+             "(fb = run_fallback_kernel calls; alive = FakeTensorModes alive after one "
+             "gc.collect() once the model and the trace are dropped)")
+    return f"{title}\n{table(['model'] + names, rows)}\n" + "\n".join(summary)
+
+
 def render_workload(
     workload: str, runtimes: List[Runtime], results: Dict[str, List[Dict[str, Any]]],
     sizes: Dict[str, int],
 ) -> str:
+    if workload == "Z1":
+        return render_zoo(runtimes, results)
     agg: Dict[str, Dict[str, Any]] = {}
     for rt in runtimes:
         reps = [r["metrics"] for r in results.get(rt.name, [])]
@@ -1483,9 +1632,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="alternating repeats per runtime (default 2)")
     parser.add_argument("--quick", action="store_true", help="scaled-down counts (smoke run)")
     parser.add_argument("--workloads", type=parse_workloads,
-                        default=[w for w in WORKLOADS if w not in D_RUNS],
+                        default=[w for w in WORKLOADS if w not in D_RUNS and w not in ("Z1", "S3")],
                         help="comma-separated subset of " + ",".join(WORKLOADS)
-                        + " (default: all but D1-D4, which need the pip venv's torchdynamo)")
+                        + " (default: all but D1-D4, which need the pip venv's torchdynamo, "
+                        "the model zoo Z1 and the crash stress S3, CPU-heavy)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--python-unpatched", help="python of the unpatched runtime "
                         "(default <repo>/.venv/bin/python with PATCHSET_OVERLAY=0)")

@@ -73,9 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quick", action="store_true", help="scaled-down smoke run")
     parser.add_argument("--repeats", type=int, help="alternating repeats per runtime (default 2)")
     parser.add_argument("--workloads",
-                        help="comma-separated subset of R1,R2,R3,R4,R5,M1,M2,M3,D1,D2,D3,D4,W1,W2,W3,"
-                             "W3v,W4,F1,S1,S2,S3 (default: all but D1-D4, torchdynamo compiles that "
-                             "need pip venvs: --python-unpatched/--python-patched)")
+                        help="comma-separated subset of R1,R2,R3,R4,R5,M1,M2,M3,D1,D2,D3,D4,Z1,W1,W2,"
+                             "W3,W3v,W4,F1,S1,S2,S3 (default: all but D1-D4, torchdynamo compiles "
+                             "that need pip venvs: --python-unpatched/--python-patched, Z1, "
+                             "the torchvision model zoo, and S3, the crash stress)")
     parser.add_argument("--json", help="also write the raw results to this file")
     parser.add_argument("--python-unpatched", help="python of the unpatched runtime")
     parser.add_argument("--python-patched", help="python of the patched runtime")

@@ -19,6 +19,7 @@ import contextlib
 import weakref
 import copy
 import gc
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -1293,11 +1294,10 @@ _LINK_KINDS = ["view", "saved", "grad"]
 
 # Threads share one mode over the same tensors; each links the fake it gets to
 # another tensor, drops the fake, converts again and drops the link at times.
-_LINK_STRESS = textwrap.dedent(
+_LINK_STRESS = inspect.getsource(_link) + textwrap.dedent(
     """
     import sys, threading, torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from test_fake_tensor import _link
     kind, n_threads, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     sys.setswitchinterval(1e-6)
     mode = FakeTensorMode()
@@ -1335,12 +1335,9 @@ _LINK_STRESS = textwrap.dedent(
 
 def _run_link_stress(kind, n_threads, rounds=200):
     """The stress above in a fresh process: (exit status, stdout, stderr)."""
-    import os
-
-    here = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.run(
         [sys.executable, "-c", _LINK_STRESS, kind, str(n_threads), str(rounds)],
-        capture_output=True, text=True, timeout=600, cwd=here,
+        capture_output=True, text=True, timeout=600,
     )
     return proc.returncode, proc.stdout, proc.stderr
 

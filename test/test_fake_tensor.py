@@ -3575,6 +3575,22 @@ class ConversionThreadTest(TestCase):
         counts = _run_script(self, _MAKE_FX_STRESS, 4, 10)
         self.assertEqual(counts, {"traces": "40", "errors": "0", "wrong": "0"})
 
+    def test_conversion_after_a_failed_warm_up_warms_up_again(self):
+        import torch._subclasses.fake_tensor as fake_tensor
+
+        view = torch.randn(4, 6)[1:]
+        with unittest.mock.patch.object(fake_tensor, "_python_ops_ready", False):
+            failing = unittest.mock.patch.object(
+                torch, "view_as_complex", side_effect=RuntimeError("no warm-up")
+            )
+            with failing, self.assertRaisesRegex(RuntimeError, "no warm-up"):
+                FakeTensorMode().from_tensor(view)
+            self.assertFalse(fake_tensor._python_ops_ready)
+            fake = FakeTensorMode().from_tensor(view)
+            self.assertTrue(fake_tensor._python_ops_ready)
+        self.assertEqual(fake.stride(), view.stride())
+        self.assertEqual(fake.storage_offset(), view.storage_offset())
+
 
 instantiate_parametrized_tests(ConversionThreadTest)
 

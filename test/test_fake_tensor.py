@@ -1545,6 +1545,26 @@ class WeakIdKeyDictionaryTest(TestCase):
         self.assertIsNone(memo.get(x))
         self.assertEqual(memo.deaths, 1)
 
+    @parametrize("weak_values", [False, True])
+    def test_copies_keep_the_keys_and_deepcopy_copies_strong_values(self, weak_values):
+        from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
+
+        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+        x, v = torch.randn(2), torch.randn(1)
+        memo[x] = v
+        shallow, deep = copy.copy(memo), copy.deepcopy(memo)
+        for memo_copy in (shallow, deep):
+            self.assertIs(type(memo_copy), type(memo))
+            self.assertEqual([id(key) for key in memo_copy], [id(x)])
+        self.assertIs(shallow.get(x), v)
+        if weak_values:
+            self.assertIs(deep.get(x), v)
+        else:
+            self.assertIsNot(deep.get(x), v)
+            self.assertEqual(deep.get(x), v)
+        del x
+        self.assertEqual((len(memo), len(shallow), len(deep)), (0, 0, 0))
+
 
 instantiate_parametrized_tests(WeakIdKeyDictionaryTest)
 

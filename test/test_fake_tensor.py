@@ -3611,6 +3611,47 @@ class ConversionThreadTest(TestCase):
         self.assertEqual(fake.stride(), view.stride())
         self.assertEqual(fake.storage_offset(), view.storage_offset())
 
+    def test_warm_up_dispatches_every_operator_view_conversions_dispatch(self):
+        import torch._subclasses.fake_tensor as fake_tensor
+        from torch._subclasses.meta_utils import _VIEW_OF_NODE
+
+        leaf = torch.randn(4, 6, requires_grad=True)
+        pairs = torch.randn(3, 2, requires_grad=True)
+        views = [
+            leaf[1:], leaf[0], leaf.t(), leaf.transpose(0, 1), leaf.permute(1, 0),
+            leaf.unsqueeze(0).squeeze(), leaf.unsqueeze(0).squeeze(0), leaf.diagonal(),
+            leaf.unfold(0, 2, 1), leaf.as_strided((2, 2), (1, 1)), leaf.view(24),
+            leaf[:1].expand(3, 6), torch.ops.aten.alias.default(leaf)[1:],
+            torch.view_as_real(torch.view_as_complex(pairs)), torch.randn(4, 6).t(),
+            leaf.unbind(0)[1], leaf.split(2)[1], leaf.split_with_sizes([1, 3])[1],
+        ]
+        kinds = set()
+        for v in views:
+            node = v.grad_fn
+            while node is not None and node.name() != "torch::autograd::AccumulateGrad":
+                kinds.add(node.name())
+                node = node.next_functions[0][0]
+        # every view node the converter replays has a view of its kind here
+        self.assertEqual(set(_VIEW_OF_NODE) - kinds, set())
+
+        dispatched = []
+        dispatch = fake_tensor._FakesThroughAutograd.__torch_dispatch__
+
+        def recording(mode, func, types, args=(), kwargs=None):
+            dispatched.append(func)
+            return dispatch(mode, func, types, args, kwargs)
+
+        with unittest.mock.patch.object(
+            fake_tensor._FakesThroughAutograd, "__torch_dispatch__", recording
+        ), unittest.mock.patch.object(fake_tensor, "_python_ops_ready", False):
+            fake_tensor._make_python_ops_ready()
+            warmed = set(dispatched)
+            dispatched.clear()
+            mode = FakeTensorMode()
+            for v in views:
+                self.assertEqual(mode.from_tensor(v).stride(), v.stride())
+        self.assertEqual(set(dispatched) - warmed, set())
+
 
 instantiate_parametrized_tests(ConversionThreadTest)
 

@@ -3430,6 +3430,38 @@ print(" ".join(f"{k}={v}" for k, v in counts.items()))
 """
 
 
+_REPLAYED_VIEW_STRESS = r"""
+import sys, threading
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+n_threads = int(sys.argv[1])
+leaf = torch.randn(4, 6, requires_grad=True)
+views = [leaf.t(), leaf[0], leaf.unsqueeze(0), leaf.permute(1, 0), leaf.diagonal(),
+         leaf.transpose(0, 1), leaf[:1].expand(3, 6), leaf.unfold(0, 2, 1),
+         leaf.unsqueeze(0).squeeze(0), leaf.as_strided((2, 2), (1, 1))]
+mode = FakeTensorMode()
+sys.setswitchinterval(1e-6)
+barrier = threading.Barrier(n_threads)
+counts = [[0, 0] for _ in range(n_threads)]
+
+def work(k, c):
+    barrier.wait()
+    for v in views[k % len(views):] + views[:k % len(views)]:
+        try:
+            fake = mode.from_tensor(v)
+            c[1] += (fake.shape, fake.stride()) != (v.shape, v.stride())
+        except Exception:
+            c[0] += 1
+
+threads = [threading.Thread(target=work, args=(k, c)) for k, c in enumerate(counts)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(f"errors={sum(c[0] for c in counts)} wrong={sum(c[1] for c in counts)}")
+"""
+
+
 def _run_script(test, script, *argv):
     proc = subprocess.run([sys.executable, "-c", script, *map(str, argv)],
                           capture_output=True, text=True, timeout=900)
@@ -3594,6 +3626,10 @@ class ConversionThreadTest(TestCase):
     def test_make_fx_fake_traces_from_several_threads(self):
         counts = _run_script(self, _MAKE_FX_STRESS, 4, 10)
         self.assertEqual(counts, {"traces": "40", "errors": "0", "wrong": "0"})
+
+    def test_threads_making_the_first_conversions_of_each_kind_of_view(self):
+        counts = _run_script(self, _REPLAYED_VIEW_STRESS, 16)
+        self.assertEqual(counts, {"errors": "0", "wrong": "0"})
 
     def test_conversion_after_a_failed_warm_up_warms_up_again(self):
         import torch._subclasses.fake_tensor as fake_tensor

@@ -666,8 +666,9 @@ def work_d(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> D
         "modes_alive_dropped": sum(1 for ref in refs if ref() is not None),
         "max_abs_error": max(errors),
     }
-    gc.collect()
-    out["modes_alive_dropped_2"] = sum(1 for ref in refs if ref() is not None)
+    for n in (2, 3):
+        gc.collect()
+        out[f"modes_alive_dropped_{n}"] = sum(1 for ref in refs if ref() is not None)
     out["rss_growth_mb"] = (rss_bytes()[0] - base) / 2**20
     return out
 
@@ -1279,6 +1280,7 @@ D_ROWS: List[Tuple[str, str, str]] = [
     ("modes_alive_last", "... after the last compile", "count"),
     ("modes_alive_dropped", "... once the compiled function is dropped (one gc.collect())", "count"),
     ("modes_alive_dropped_2", "... after a second gc.collect()", "count"),
+    ("modes_alive_dropped_3", "... after a third gc.collect()", "count"),
     ("modes_made", "FakeTensorModes made, all compiles", "count"),
     ("ms_per_compile", "ms per compile (best)", "time"),
     ("ms_first_compile", "ms, first compile", "time"),

@@ -386,6 +386,11 @@ def record_modes(mode_cls: Any) -> List[Any]:
     return refs
 
 
+def live_count(refs: Sequence[Any]) -> int:
+    """How many of the weak references still have their object."""
+    return sum(1 for ref in refs if ref() is not None)
+
+
 def timed_traces(mode_cls: Any, trace: Callable[[], Any], n: int,
                  release: Callable[[], None] = lambda: None) -> Dict[str, Any]:
     """Figures of n traces; `release` drops what the workload keeps on purpose before counting.
@@ -412,7 +417,7 @@ def timed_traces(mode_cls: Any, trace: Callable[[], Any], n: int,
     out.update(base.growth())
     out["rss_mb_per_100"] = (rss_bytes()[0] - mid_rss) / 2**20 * 100 / (n - half)
     out["modes_traced"] = len(refs)
-    out["modes_freed"] = sum(1 for ref in refs if ref() is None)
+    out["modes_freed"] = len(refs) - live_count(refs)
     return out
 
 
@@ -650,25 +655,27 @@ def work_d(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> D
         errors.append(max([float((loss.detach() - eager_loss).abs().max())]
                           + [float((g - e).abs().max()) for g, e in zip(grads(), eager_grads)]))
         gc.collect()
-        alive.append(sum(1 for ref in refs if ref() is not None))
+        alive.append(live_count(refs))
         if base is None:
             base = rss_bytes()[0]
     compiles_modes = len(refs)
     del compiled, loss
     torchdynamo.reset()
-    gc.collect()
+    dropped = []
+    for _ in range(3):
+        gc.collect()
+        dropped.append(live_count(refs))
     out: Dict[str, Any] = {
         "ms_per_compile": min(times),
         "ms_first_compile": times[0],
         "modes_alive": ", ".join(map(str, alive)),
         "modes_alive_last": alive[-1],
         "modes_made": compiles_modes,
-        "modes_alive_dropped": sum(1 for ref in refs if ref() is not None),
+        "modes_alive_dropped": dropped[0],
+        "modes_alive_dropped_2": dropped[1],
+        "modes_alive_dropped_3": dropped[2],
         "max_abs_error": max(errors),
     }
-    for n in (2, 3):
-        gc.collect()
-        out[f"modes_alive_dropped_{n}"] = sum(1 for ref in refs if ref() is not None)
     out["rss_growth_mb"] = (rss_bytes()[0] - base) / 2**20
     return out
 
@@ -769,7 +776,7 @@ def work_z(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
             out[f"{name}|fallback"] = calls() - before if before >= 0 else None
             out[f"{name}|nodes"] = nodes
             out[f"{name}|ms"] = ms
-            out[f"{name}|alive"] = sum(1 for ref in refs[first_mode:] if ref() is not None)
+            out[f"{name}|alive"] = live_count(refs[first_mode:])
             print(f"Z1 {name}: {status[:60]} {nodes} nodes {ms:.0f} ms", file=sys.stderr, flush=True)
     return out
 

@@ -14,6 +14,7 @@ from torch._subclasses.fake_tensor import (
 from torch.testing import FileCheck
 from torch import nn
 import unittest
+import unittest.mock
 import torch._prims as prims
 import contextlib
 import weakref
@@ -33,15 +34,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch._subclasses.fake_tensor import DataDependentOutputException, run_fallback_kernel
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._mode_utils import no_dispatch
-from torch.fx.experimental.proxy_tensor import (
-    get_isolated_graphmodule,
-    get_proxy_slot,
-    get_proxy_slots,
-    has_proxy_slot,
-    set_proxy_slot,
-    track_tensor_tree,
-)
-from torch.nn.utils import stateless
 
 class FakeTensorTest(TestCase):
     def checkType(self, t, device_str, size):
@@ -1516,57 +1508,6 @@ class WeakMemoConstantTest(TestCase):
         gc.collect()
         self.assertTrue(all(c.constant is not None for c in live))
         self.assertEqual(len(mode.fake_tensor_converter.constant_storage_mapping), len(live))
-
-
-class WeakIdKeyDictionaryTest(TestCase):
-    @parametrize("weak_values", [False, True])
-    def test_set_replaces_live_entry_and_key_death_drops_it(self, weak_values):
-        from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
-
-        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
-        x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
-        memo[x] = a
-        memo[x] = b
-        self.assertIs(memo.get(x), b)
-        self.assertEqual(len(memo), 1)
-        self.assertEqual(weakref.getweakrefcount(x), 1)
-        del x
-        self.assertEqual(len(memo), 0)
-        self.assertEqual(memo.deaths, 1)
-
-    def test_weak_value_death_drops_entry(self):
-        from torch.utils.weak import WeakIdKeyWeakValueDictionary
-
-        memo = WeakIdKeyWeakValueDictionary()
-        x, v = torch.randn(2), torch.randn(1)
-        self.assertIs(memo.setdefault(x, v), v)
-        del v
-        self.assertEqual(len(memo), 0)
-        self.assertIsNone(memo.get(x))
-        self.assertEqual(memo.deaths, 1)
-
-    @parametrize("weak_values", [False, True])
-    def test_copies_keep_the_keys_and_deepcopy_copies_strong_values(self, weak_values):
-        from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
-
-        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
-        x, v = torch.randn(2), torch.randn(1)
-        memo[x] = v
-        shallow, deep = copy.copy(memo), copy.deepcopy(memo)
-        for memo_copy in (shallow, deep):
-            self.assertIs(type(memo_copy), type(memo))
-            self.assertEqual([id(key) for key in memo_copy], [id(x)])
-        self.assertIs(shallow.get(x), v)
-        if weak_values:
-            self.assertIs(deep.get(x), v)
-        else:
-            self.assertIsNot(deep.get(x), v)
-            self.assertEqual(deep.get(x), v)
-        del x
-        self.assertEqual((len(memo), len(shallow), len(deep)), (0, 0, 0))
-
-
-instantiate_parametrized_tests(WeakIdKeyDictionaryTest)
 
 
 class _FunctionCallRecorder(TorchFunctionMode):
@@ -3692,168 +3633,6 @@ class ConversionThreadTest(TestCase):
 instantiate_parametrized_tests(ConversionThreadTest)
 
 
-# Tracing frees its modes: the proxy slots live in the tracer, not on the tensors.
-
-
-class _FakeModeRecorder:
-    """Weak references to every FakeTensorMode made inside the `with` block."""
-
-    def __init__(self):
-        self.refs = []
-        self._patch = None
-
-    def __enter__(self):
-        init = FakeTensorMode.__init__
-        refs = self.refs
-
-        def recording_init(mode, *args, **kwargs):
-            init(mode, *args, **kwargs)
-            refs.append(weakref.ref(mode))
-
-        self._patch = unittest.mock.patch.object(FakeTensorMode, "__init__", recording_init)
-        self._patch.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._patch.__exit__(*exc)
-
-    def alive_after_gc(self):
-        _collect_twice()
-        return sum(ref() is not None for ref in self.refs)
-
-
-def _mlp():
-    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-
-
-class TracingFreesModeTest(TestCase):
-    def assert_traces_free_modes(self, trace, traces=3):
-        with _FakeModeRecorder() as recorder:
-            for _ in range(traces):
-                out = trace()
-                del out
-        self.assertEqual(len(recorder.refs), traces)
-        self.assertEqual(recorder.alive_after_gc(), 0)
-
-    def view_ops_trace(self, tracing_mode):
-        def f(x, w):
-            return [w.t(), x.view(-1), x.transpose(0, 1), torch.mm(x, w.t().contiguous())]
-
-        return lambda: make_fx(f, tracing_mode=tracing_mode)(torch.randn(2, 3), torch.randn(4, 3))
-
-    def backward_trace(self):
-        # fake only: AccumulateGrad cannot take symbolic strides
-        model = _mlp()
-        params = {name: p.detach().requires_grad_() for name, p in model.named_parameters()}
-
-        def step(params, x):
-            loss = stateless.functional_call(model, params, (x,)).sum()
-            loss.backward()
-            return [p.grad for p in params.values()]
-
-        return lambda: make_fx(step, tracing_mode="fake")(params, torch.randn(5, 4))
-
-    def test_make_fx_fake_with_view_ops_frees_modes(self):
-        self.assert_traces_free_modes(self.view_ops_trace("fake"))
-
-    def test_make_fx_symbolic_with_view_ops_frees_modes(self):
-        self.assert_traces_free_modes(self.view_ops_trace("symbolic"))
-
-    def test_make_fx_fake_backward_through_functional_call_frees_modes(self):
-        self.assert_traces_free_modes(self.backward_trace())
-
-    def test_make_fx_fake_inplace_op_on_base_of_view_frees_modes(self):
-        def f(x):
-            v = x.t()
-            x.mul_(2)
-            return [v + 1]
-
-        self.assert_traces_free_modes(lambda: make_fx(f, tracing_mode="fake")(torch.randn(2, 3)))
-
-    def test_nested_make_fx_frees_modes(self):
-        def f(x):
-            # an inner tracer over the outer trace's fakes, as functorch's cond does
-            inner = get_isolated_graphmodule(lambda y: [y.t()], (x,), {})
-            self.assertEqual(len([n for n in inner.graph.nodes if n.op == "call_function"]), 1)
-            return [x.t() + 1]
-
-        self.assert_traces_free_modes(lambda: make_fx(f, tracing_mode="fake")(torch.randn(2, 3)))
-
-    def test_aot_function_with_fake_tensors_frees_modes(self):
-        from functorch._src import config
-        from functorch.compile import aot_function, nop
-
-        model = _mlp()
-        names = [name for name, _ in model.named_parameters()]
-        params = [p.detach().requires_grad_() for p in model.parameters()]
-
-        def fn(x, *ps):
-            return stateless.functional_call(model, dict(zip(names, ps)), (x,)).sum()
-
-        x = torch.randn(5, 4)
-        with unittest.mock.patch.object(config, "use_fake_tensor", True):
-            # a fresh aot_function per trace: each call of one would reuse its compiled graphs
-            self.assert_traces_free_modes(lambda: aot_function(fn, nop, nop)(x, *params))
-
-    def test_traced_graph_runs_after_its_mode_is_freed(self):
-        gm = self.view_ops_trace("fake")()
-        gc.collect()
-        x, w = torch.randn(2, 3), torch.randn(4, 3)
-        self.assertEqual(gm(x, w), [w.t(), x.view(-1), x.transpose(0, 1), torch.mm(x, w.t())])
-
-
-class ProxyTracingStateTest(TestCase):
-    def setUp(self):
-        super().setUp()
-        self.tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
-
-    def tracked(self, t):
-        proxy = torch.fx.Proxy(self.tracer.graph.placeholder("x"), self.tracer)
-        track_tensor_tree(t, proxy, constant=None, tracer=self.tracer)
-        return proxy
-
-    def test_tracking_leaves_no_state_on_the_tensor(self):
-        t = torch.randn(3)
-        proxy = self.tracked(t)
-        self.assertEqual(t.__dict__, {})
-        self.assertIs(get_proxy_slot(t, self.tracer).proxy, proxy)
-
-    def test_slot_dies_with_its_tensor(self):
-        t = torch.randn(3)
-        self.tracked(t)
-        ref = weakref.ref(t)
-        del t
-        gc.collect()
-        self.assertIsNone(ref())
-        self.assertEqual(len(self.tracer._proxy_slots), 0)
-
-    def test_slots_of_two_tracers_stay_apart(self):
-        second = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
-        t = torch.randn(3)
-        set_proxy_slot(t, self.tracer, "first")
-        self.assertFalse(has_proxy_slot(t, second))
-        self.assertEqual(get_proxy_slot(t, second, "default"), "default")
-        with self.assertRaises(KeyError):
-            get_proxy_slot(t, second)
-        set_proxy_slot(t, second, "second")
-        self.assertEqual(get_proxy_slots(t), {self.tracer: "first", second: "second"})
-        self.assertEqual(get_proxy_slot(t, self.tracer, transform=str.upper), "FIRST")
-
-    def test_get_proxy_slots_of_untracked_object_is_none(self):
-        set_proxy_slot(torch.randn(3), self.tracer, "slot")
-        self.assertIsNone(get_proxy_slots(torch.randn(3)))
-
-    def test_tracer_is_freed_with_its_slots(self):
-        t = torch.randn(3)
-        self.tracked(t)
-        ref = weakref.ref(self.tracer)
-        del self.tracer
-        gc.collect()
-        self.assertIsNone(ref())
-        self.assertIsNone(get_proxy_slots(t))
-
-
-
 class _DeviceReadLog:
     """Records the device reads (prim.device) dispatched to FakeTensor outside
     its kernels: the op log of reads the mode makes on its own behalf."""
@@ -3896,29 +3675,6 @@ class FakeDispatchArgumentsTest(TestCase):
             self.assertEqual(torch.ops.aten.mul.Tensor(scalar, x).fake_device, torch.device(device))
             self.assertEqual(torch.ops.aten.mul.Tensor(x, scalar).fake_device, torch.device(device))
             self.assertEqual(torch.ops.aten.cat.default([x, x]).fake_device, torch.device(device))
-
-    @parametrize("tracing_mode", ["real", "fake"])
-    def test_traced_calls_keep_nested_and_keyword_arguments(self, tracing_mode):
-        def f(x, y):
-            return torch.ops.aten.sum.dim_IntList(torch.cat([x, y], dim=1), [0], keepdim=True)
-
-        x, y = torch.randn(2, 3), torch.randn(2, 4)
-        gm = make_fx(f, tracing_mode=tracing_mode)(x, y)
-        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-        self.assertEqual([n.target for n in calls],
-                         [torch.ops.aten.cat.default, torch.ops.aten.sum.dim_IntList])
-        self.assertEqual([a.name for a in calls[0].args[0]], ["x_1", "y_1"])
-        self.assertEqual(calls[1].args[1:], ([0], True))
-        self.assertEqual(gm(x, y), f(x, y))
-
-    def test_proxy_call_still_propagates_constants(self):
-        def f():
-            return torch.tensor([2.0]) * 3
-
-        gm = make_fx(f)()
-        self.assertEqual(gm(), torch.tensor([6.0]))
-        self.assertEqual([n.target for n in gm.graph.nodes if n.op == "call_function"],
-                         [torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.mul.Tensor])
 
 
 instantiate_parametrized_tests(FakeDispatchArgumentsTest)
@@ -3972,90 +3728,6 @@ class FakeTensorConstructorDeviceTest(TestCase):
 
 
 instantiate_parametrized_tests(FakeTensorConstructorDeviceTest)
-
-
-# A decomposition of detach that C++ asks for (a backward node saving its output) runs below
-# autograd, as VariableType runs the detach kernel.
-
-
-def _detach_decomposition(outputs):
-    """torch._decomp's decomposition of aten.detach (aten.alias, in inductor's table), recording
-    whether each result carries autograd history."""
-    from torch._decomp import get_decompositions
-
-    decomposition = get_decompositions([torch.ops.aten.detach])[torch.ops.aten.detach.default]
-
-    def recording(x):
-        out = decomposition(x)
-        outputs.append((out._is_view(), out.grad_fn is not None))
-        return out
-
-    return {torch.ops.aten.detach.default: recording}
-
-
-def _fakes_alive():
-    return sum(isinstance(o, FakeTensor) for o in gc.get_objects())
-
-
-class DetachDecompositionBelowAutogradTest(TestCase):
-    def relu_weight(self, with_grad):
-        w = torch.randn(4, 4, requires_grad=True)
-        if with_grad:
-            w.grad = torch.ones(4, 4)
-        return w
-
-    def test_detach_asked_by_a_saving_node_records_no_autograd_history(self):
-        outputs = []
-        # no detach in f: relu's backward node saves its output, C++ asks the modes to detach it
-        gm = make_fx(lambda w: (w * 2).relu(), _detach_decomposition(outputs),
-                     tracing_mode="fake")(self.relu_weight(False))
-        self.assertEqual(outputs, [(False, False)])
-        w = torch.randn(4, 4)
-        self.assertEqual(gm(w), (w * 2).relu())
-
-    def test_user_detach_keeps_its_graph_and_result(self):
-        outputs = []
-        gm = make_fx(lambda w: (w * 2).detach() + 1, _detach_decomposition(outputs),
-                     tracing_mode="fake")(self.relu_weight(False))
-        # the user's detach, then the one C++ asks for to make its result a detached tensor
-        self.assertEqual(outputs, [(False, False), (False, False)])
-        targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
-        self.assertEqual(targets, ["aten.mul.Tensor", "aten.alias.default", "aten.alias.default",
-                                   "aten.add.Tensor"])
-        w = torch.randn(4, 4)
-        self.assertEqual(gm(w), w * 2 + 1)
-
-    def assert_frees_fakes_and_modes(self, trace):
-        gc.collect()
-        before = _fakes_alive()
-        with _FakeModeRecorder() as recorder:
-            for _ in range(3):
-                out = trace()
-                del out
-        # the second collection frees a .grad fake the converter keeps (see _keep_python_owned)
-        gc.collect()
-        self.assertEqual(recorder.alive_after_gc(), 0)
-        self.assertEqual(_fakes_alive(), before)
-
-    def test_make_fx_with_detach_decomposition_frees_fakes_and_modes(self):
-        for with_grad in (False, True):
-            w = self.relu_weight(with_grad)
-            self.assert_frees_fakes_and_modes(lambda: make_fx(
-                lambda w: (w * 2).relu(), _detach_decomposition([]), tracing_mode="fake")(w))
-
-    def test_functionalized_aot_function_with_inductor_decompositions_frees_modes(self):
-        # what torchinductor's compile_fx runs: functionalization, fake tensors, decompositions
-        # with aten.detach; a parameter with a .grad, as a second training step has
-        from functorch._src import config
-        from functorch.compile import aot_function, nop
-
-        w = self.relu_weight(True)
-        x = torch.randn(2, 4)
-        with unittest.mock.patch.object(config, "use_fake_tensor", True), \
-                unittest.mock.patch.object(config, "use_functionalize", True):
-            self.assert_frees_fakes_and_modes(lambda: aot_function(
-                lambda w, x: (x @ w).relu().sum(), nop,
-                decompositions=_detach_decomposition([]))(w, x))
 
 
 if __name__ == "__main__":

@@ -200,12 +200,13 @@ def test_plan_is_exact(tmp_path: Path) -> None:
         ninja,
         (venv_python, "setup.py", "develop"),
         (venv_python, "-m", "pytest", "test_fake_tensor.py", "-q"),
+        (venv_python, "-m", "pytest", "test_weak.py", "-q"),
         (venv_python, "-m", "pytest", "test_meta.py", "-k", "TestMetaConverter", "-q"),
         (venv_python, "-m", "pytest", "test_proxy_tensor.py", "-k", "not TestProxyTensorOpInfo", "-q"),
     ]
     assert [s.cwd for s in plan.steps] == [project.root, project.root, tree, tree, tree,
-                                           tree / "test", tree / "test", tree / "test"]
-    assert [s.ninja for s in plan.steps] == [False, False, False, True, False, False, False, False]
+                                           tree / "test", tree / "test", tree / "test", tree / "test"]
+    assert [s.ninja for s in plan.steps] == [False, False, False, True, False, False, False, False, False]
     assert all(s.env == plan.env for s in plan.steps[2:5]) and not plan.steps[5].env
     assert plan.log == project.root / ".cache/source-build.log"
     smoke = sb.make_plan(project, checkout, cores=2, total_bytes=24 * GB, smoke=True)
@@ -249,7 +250,7 @@ def test_dry_run_prints_plan_and_creates_nothing(tmp_path: Path) -> None:
     assert f"(cd {tree} && {env} ninja -C {tree}/build -j {jobs})" in proc.stdout
     assert f"log:      {project.root}/.cache/source-build.log" in proc.stdout
     assert f"(cd {tree}/test && " in proc.stdout
-    assert proc.stdout.count("\n[") == 8
+    assert proc.stdout.count("\n[") == 9
     after = sorted(p for p in tmp_path.rglob("*") if "__pycache__" not in str(p))
     assert after == before
 

@@ -19,6 +19,8 @@ from typing import Set
 
 import pytest
 
+from patchset_lib.generated_tests import GENERATED_TESTS
+
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "build_scripts" / "patchset"
 
@@ -88,14 +90,16 @@ UPSTREAM_TESTS_NEEDING_GC = {"test_dead_weak_ref", "test_no_ref_cycle"}
 
 def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
     """`apply` the real series to a minimal checkout, then run the checkout's
-    test/test_fake_tensor.py as a script, the way a source build would: it runs upstream's
-    tests and every test the patches add (the file the repo keeps as generated).  Upstream's
-    unpatched file passes too, but for the tests the series changes on purpose."""
-    def tests_ran(checkout: Path, failing: Set[str] = frozenset()) -> int:
+    test/test_fake_tensor.py and test/test_weak.py as scripts, the way a source build would:
+    they run upstream's tests and every test the patches add there (the files the repo keeps as
+    generated).  Upstream's unpatched file passes too, but for the tests the series changes on
+    purpose."""
+    def tests_ran(checkout: Path, failing: Set[str] = frozenset(),
+                  script: str = "test_fake_tensor.py") -> int:
         # CI=true makes upstream's run_tests() write XML reports through xmlrunner, which
         # upstream's CI installs and a source build does not need.
         env = {k: v for k, v in os.environ.items() if k != "CI"}
-        run = subprocess.run([sys.executable, "test_fake_tensor.py"], cwd=checkout / "test",
+        run = subprocess.run([sys.executable, script], cwd=checkout / "test",
                              capture_output=True, text=True, env=env)
         failed = set(re.findall(r"^(?:FAIL|ERROR): (\w+) ", run.stderr, re.M))
         assert failed == failing, run.stderr[-3000:]
@@ -108,8 +112,10 @@ def test_patched_checkout_runs_upstream_and_our_tests(tmp_path: Path) -> None:
     patched = pristine_tree(tmp_path / "patched")
     proc = tool("apply", "--checkout", str(patched))
     assert proc.returncode == 0, proc.stderr
+    for path in GENERATED_TESTS:
+        assert (patched / path).read_bytes() == (REPO / path).read_bytes(), path
+    assert tests_ran(patched, script="test_weak.py") == collected_tests(REPO / "test/test_weak.py") > 0
     generated = REPO / "test" / "test_fake_tensor.py"
-    assert (patched / "test" / "test_fake_tensor.py").read_bytes() == generated.read_bytes()
     everything = collected_tests(generated)
     assert everything >= len(ast_test_methods(generated)) > 0
     assert tests_ran(patched) == everything > tests_ran(pristine, UPSTREAM_TESTS_NEEDING_GC)
@@ -242,8 +248,8 @@ def history_hits(paths) -> list:
             for n, line in enumerate(path.read_text().splitlines(), 1) if HISTORY.search(line)]
 
 
-def test_generated_test_file_names_no_issue_patch_or_timing() -> None:
-    assert history_hits([REPO / "test" / "test_fake_tensor.py"]) == []
+def test_generated_test_files_name_no_issue_patch_or_timing() -> None:
+    assert history_hits([REPO / path for path in GENERATED_TESTS]) == []
 
 
 def test_patched_modules_name_no_issue_patch_or_timing() -> None:

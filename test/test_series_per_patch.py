@@ -6,8 +6,8 @@ The checkout's torch files are made what `import torch` loads in the project .ve
 `install` does it: the import hook (`overlay_hook.hook_source`), here pointed at the checkout
 and put first on PYTHONPATH, so the venv's `patchset_overlay.pth` loads it, in the pytest run
 and in the subprocesses the tests start.  Run: the checkout's whole test/test_fake_tensor.py
-(upstream's tests and those of patches 1..k) and, in test/test_meta.py, the test classes the
-patches 1..k add.
+(upstream's tests and those of patches 1..k) and, in test/test_weak.py, test/test_meta.py and
+test/test_proxy_tensor.py, the test classes the patches 1..k add.
 """
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ from patchset_lib.overlay_hook import HOOK_MODULE, check_overlay_hook, hook_sour
 
 PROJECT = find_project(REPO)
 SERIES = read_series(PROJECT)
-TEST_FILES = ("test/test_fake_tensor.py", "test/test_meta.py")
+TEST_FILES = (
+    "test/test_fake_tensor.py", "test/test_weak.py", "test/test_meta.py", "test/test_proxy_tensor.py",
+)
 WHOLE_FILE = "test/test_fake_tensor.py"  # upstream's tests there take seconds: run them all
 
 
@@ -41,6 +43,8 @@ def defined_test_classes(text: str) -> Dict[str, str]:
 
 def added_classes(pristine: Dict[str, bytes], repo: Path, path: str) -> List[str]:
     """Test classes of `path` that the applied patches add (new names only)."""
+    if not (repo / path).is_file():
+        return []
     before = defined_test_classes(pristine[path].decode()) if path in pristine else {}
     return [name for name in defined_test_classes((repo / path).read_text()) if name not in before]
 

@@ -1,8 +1,9 @@
 """The repo's copy of the test files the series extends: generated, like torch_overlay/.
 
 Each patch of the series adds the tests of its own change to upstream's test file, in the
-patch itself.  The repo keeps `test/test_fake_tensor.py` as it is after the whole series
-(upstream's tests and the series'), so that `pytest test/` runs them against the overlay.
+patch itself.  The repo keeps `test/test_fake_tensor.py` (upstream's tests and the series') and
+`test/test_weak.py` (the series creates it) as they are after the whole series, so that
+`pytest test/` runs them against the overlay.
 `refresh` and `overlay` write it from pristine base + series, `overlay --check` fails when it
 differs; edit the tests in a patch checkout, never here.
 """
@@ -13,15 +14,17 @@ from typing import Dict, List, Mapping, Optional
 
 from .common import PatchsetError, Project
 
-GENERATED_TESTS = ("test/test_fake_tensor.py",)
+EXTENDED_TEST = "test/test_fake_tensor.py"
+CREATED_TESTS = ("test/test_weak.py",)
+GENERATED_TESTS = (EXTENDED_TEST, *CREATED_TESTS)
 
 
 def expected_tests(result: Mapping[str, bytes]) -> Dict[str, bytes]:
-    """The generated test files, from the base files after the whole series."""
-    missing = [path for path in GENERATED_TESTS if path not in result]
-    if missing:
-        raise PatchsetError(f"{missing[0]} is not among the base files of patches/base.sha256")
-    return {path: result[path] for path in GENERATED_TESTS}
+    """The generated test files, from the base files after the whole series (a file the series
+    creates is generated once the series creates it)."""
+    if EXTENDED_TEST not in result:
+        raise PatchsetError(f"{EXTENDED_TEST} is not among the base files of patches/base.sha256")
+    return {path: result[path] for path in GENERATED_TESTS if path in result}
 
 
 def stale_tests(project: Project, wanted: Mapping[str, bytes]) -> List[str]:

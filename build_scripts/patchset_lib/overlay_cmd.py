@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "overlay", cmd_overlay,
         help="generate torch_overlay/ from the pristine base + series",
         description="Write torch_overlay/<path> for each torch/ file the series changes, MANIFEST, "
-                    "and the generated test files (test/test_fake_tensor.py).",
+                    "and the generated test files (test/test_fake_tensor.py, test/test_weak.py).",
     )
     parser.add_argument("--check", action="store_true",
                         help="do not write; fail naming the file if torch_overlay/ (or --checkout) is stale")

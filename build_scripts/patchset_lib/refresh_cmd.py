@@ -10,7 +10,7 @@ both applied with `git am` in a temp repo made of DIR's base files. Then it upda
 patches/series, the patch files, patches/base.sha256 (every base file the new series touches,
 existing lines kept in order), torch_overlay/MANIFEST (`<path> <base sha256> <result sha256>`
 for each torch/ file the series changes, sorted) and the generated test files
-(`generated_tests`: test/test_fake_tensor.py as DIR's HEAD has it). A dirty tree, an am/rebase
+(`generated_tests`: test/test_fake_tensor.py and test/test_weak.py as DIR's HEAD has them). A dirty tree, an am/rebase
 in progress or a missing base change nothing.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import overlay, series_io
-from .generated_tests import GENERATED_TESTS, expected_tests
+from .generated_tests import EXTENDED_TEST, expected_tests
 from .common import (
     ABSENT, PatchsetError, Project, Runner, add_command, bytes_digest, check_base_hashes, read_base_hashes,
     read_series, sha256_bytes,
@@ -227,7 +227,7 @@ def read_checkout(project: Project, runner: Runner, repo: Path, wanted_base: Opt
 def new_facts(project: Project, got: Refreshed) -> Dict[Path, str]:
     old_text = project.base_hashes_file.read_text()
     tests = expected_tests({**got.base_files, **got.result_files})
-    pinned = [*got.touched, *GENERATED_TESTS]  # generated from their base even when untouched
+    pinned = [*got.touched, EXTENDED_TEST]  # generated from its base even when untouched
     return {
         project.base_hashes_file: base_hashes_text(old_text, got.base_files, pinned),
         project.overlay_manifest: manifest_text(got.base_files, got.result_files),

@@ -62,6 +62,7 @@ PIP_PACKAGES: Sequence[str] = (
 )
 UPSTREAM_TESTS: Sequence[Tuple[str, ...]] = (
     ("test_fake_tensor.py",),
+    ("test_weak.py",),
     ("test_meta.py", "-k", "TestMetaConverter"),
     ("test_proxy_tensor.py", "-k", "not TestProxyTensorOpInfo"),
 )

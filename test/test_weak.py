@@ -1,0 +1,62 @@
+# Owner(s): ["module: meta tensors"]
+
+import copy
+import weakref
+
+import torch
+from torch.testing._internal.common_utils import (
+    TestCase,
+    instantiate_parametrized_tests,
+    parametrize,
+    run_tests,
+)
+from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
+
+
+class WeakIdKeyDictionaryTest(TestCase):
+    @parametrize("weak_values", [False, True])
+    def test_set_replaces_live_entry_and_key_death_drops_it(self, weak_values):
+        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+        x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
+        memo[x] = a
+        memo[x] = b
+        self.assertIs(memo.get(x), b)
+        self.assertEqual(len(memo), 1)
+        self.assertEqual(weakref.getweakrefcount(x), 1)
+        del x
+        self.assertEqual(len(memo), 0)
+        self.assertEqual(memo.deaths, 1)
+
+    def test_weak_value_death_drops_entry(self):
+        memo = WeakIdKeyWeakValueDictionary()
+        x, v = torch.randn(2), torch.randn(1)
+        self.assertIs(memo.setdefault(x, v), v)
+        del v
+        self.assertEqual(len(memo), 0)
+        self.assertIsNone(memo.get(x))
+        self.assertEqual(memo.deaths, 1)
+
+    @parametrize("weak_values", [False, True])
+    def test_copies_keep_the_keys_and_deepcopy_copies_strong_values(self, weak_values):
+        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+        x, v = torch.randn(2), torch.randn(1)
+        memo[x] = v
+        shallow, deep = copy.copy(memo), copy.deepcopy(memo)
+        for memo_copy in (shallow, deep):
+            self.assertIs(type(memo_copy), type(memo))
+            self.assertEqual([id(key) for key in memo_copy], [id(x)])
+        self.assertIs(shallow.get(x), v)
+        if weak_values:
+            self.assertIs(deep.get(x), v)
+        else:
+            self.assertIsNot(deep.get(x), v)
+            self.assertEqual(deep.get(x), v)
+        del x
+        self.assertEqual((len(memo), len(shallow), len(deep)), (0, 0, 0))
+
+
+instantiate_parametrized_tests(WeakIdKeyDictionaryTest)
+
+
+if __name__ == "__main__":
+    run_tests()

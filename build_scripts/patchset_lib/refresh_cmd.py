@@ -10,8 +10,8 @@ both applied with `git am` in a temp repo made of DIR's base files. Then it upda
 patches/series, the patch files, patches/base.sha256 (every base file the new series touches,
 existing lines kept in order), torch_overlay/MANIFEST (`<path> <base sha256> <result sha256>`
 for each torch/ file the series changes, sorted) and the generated test files
-(`generated_tests`: test/test_fake_tensor.py and test/test_weak.py as DIR's HEAD has them). A dirty tree, an am/rebase
-in progress or a missing base change nothing.
+(`generated_tests`: test/test_fake_tensor.py and test/test_weak.py as DIR's HEAD has them).
+A dirty tree, an am/rebase in progress or a missing base change nothing.
 """
 from __future__ import annotations
 

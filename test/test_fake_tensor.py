@@ -676,7 +676,7 @@ def _collect_twice():
 
 def _live_finalizers():
     # live weakref.finalize objects: a conversion must not add one
-    return len(weakref.finalize._registry)  # type: ignore[attr-defined]
+    return sum(isinstance(o, weakref.finalize) for o in gc.get_objects())
 
 
 def _conversion_on_stack():

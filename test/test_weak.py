@@ -37,22 +37,37 @@ class WeakIdKeyDictionaryTest(TestCase):
         self.assertEqual(memo.deaths, 1)
 
     @parametrize("weak_values", [False, True])
-    def test_copies_keep_the_keys_and_deepcopy_copies_strong_values(self, weak_values):
+    @parametrize("copy_fn", [copy.copy, copy.deepcopy], name_fn=lambda f: f.__name__)
+    def test_copies_keep_the_keys(self, copy_fn, weak_values):
         memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
         x, v = torch.randn(2), torch.randn(1)
         memo[x] = v
-        shallow, deep = copy.copy(memo), copy.deepcopy(memo)
-        for memo_copy in (shallow, deep):
-            self.assertIs(type(memo_copy), type(memo))
-            self.assertEqual([id(key) for key in memo_copy], [id(x)])
-        self.assertIs(shallow.get(x), v)
-        if weak_values:
-            self.assertIs(deep.get(x), v)
-        else:
-            self.assertIsNot(deep.get(x), v)
-            self.assertEqual(deep.get(x), v)
+        memo_copy = copy_fn(memo)
+        self.assertIs(type(memo_copy), type(memo))
+        self.assertEqual([id(key) for key in memo_copy], [id(x)])
         del x
-        self.assertEqual((len(memo), len(shallow), len(deep)), (0, 0, 0))
+        self.assertEqual((len(memo), len(memo_copy)), (0, 0))
+
+    @parametrize("weak_values", [False, True])
+    def test_copy_shares_the_values(self, weak_values):
+        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+        x, v = torch.randn(2), torch.randn(1)
+        memo[x] = v
+        self.assertIs(copy.copy(memo).get(x), v)
+
+    def test_deepcopy_copies_strong_values(self):
+        memo = WeakIdKeyDictionary()
+        x, v = torch.randn(2), torch.randn(1)
+        memo[x] = v
+        value = copy.deepcopy(memo).get(x)
+        self.assertIsNot(value, v)
+        self.assertEqual(value, v)
+
+    def test_deepcopy_shares_weak_values(self):
+        memo = WeakIdKeyWeakValueDictionary()
+        x, v = torch.randn(2), torch.randn(1)
+        memo[x] = v
+        self.assertIs(copy.deepcopy(memo).get(x), v)
 
 
 instantiate_parametrized_tests(WeakIdKeyDictionaryTest)

@@ -676,7 +676,7 @@ def _collect_twice():
 
 def _live_finalizers():
     # live weakref.finalize objects: a conversion must not add one
-    return sum(isinstance(o, weakref.finalize) for o in gc.get_objects())
+    return sum(isinstance(o, weakref.finalize) and o.alive for o in gc.get_objects())
 
 
 def _conversion_on_stack():
@@ -1434,21 +1434,21 @@ class DeepCopyTest(TestCase):
             self.assertEqual((copied * 2).shape, fake.shape)
             self.assertIsInstance(torch.ones(2) + 1, FakeTensor)
 
-    def test_fake_from_real_tensor(self):
+    def test_copies_fake_of_real_tensor(self):
         t = torch.randn(4, 3)
         fake = FakeTensorMode().from_tensor(t)
         self._check_copy(fake, copy.deepcopy(fake))
 
-    def test_fake_made_inside_the_mode(self):
+    def test_copies_fake_made_inside_the_mode(self):
         with FakeTensorMode():
             fake = torch.empty(2, 5).t()
         self._check_copy(fake, copy.deepcopy(fake))
 
-    def test_fake_parameter(self):
+    def test_copies_fake_parameter(self):
         fake = FakeTensorMode().from_tensor(torch.nn.Parameter(torch.randn(3)))
         self._check_copy(fake, copy.deepcopy(fake))
 
-    def test_module_with_fake_parameters(self):
+    def test_copies_module_with_fake_parameters(self):
         mode = FakeTensorMode()
         module = torch.nn.Linear(3, 2)
         for name, p in list(module.named_parameters()):
@@ -1458,7 +1458,7 @@ class DeepCopyTest(TestCase):
             self._check_copy(p, q)
         self.assertIs(copied.weight.fake_mode, copied.bias.fake_mode)
 
-    def test_mode(self):
+    def test_copied_mode_memoizes_its_own_fakes(self):
         t = torch.randn(3)
         mode = FakeTensorMode()
         mode.from_tensor(t)

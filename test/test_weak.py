@@ -13,10 +13,13 @@ from torch.testing._internal.common_utils import (
 from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
 
 
+_KINDS = [WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary]
+
+
 class WeakIdKeyDictionaryTest(TestCase):
-    @parametrize("weak_values", [False, True])
-    def test_set_replaces_live_entry_and_key_death_drops_it(self, weak_values):
-        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__)
+    def test_set_replaces_live_entry_and_key_death_drops_it(self, kind):
+        memo = kind()
         x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
         memo[x] = a
         memo[x] = b
@@ -36,10 +39,10 @@ class WeakIdKeyDictionaryTest(TestCase):
         self.assertIsNone(memo.get(x))
         self.assertEqual(memo.deaths, 1)
 
-    @parametrize("weak_values", [False, True])
+    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__)
     @parametrize("copy_fn", [copy.copy, copy.deepcopy], name_fn=lambda f: f.__name__)
-    def test_copies_keep_the_keys(self, copy_fn, weak_values):
-        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+    def test_copies_keep_the_keys(self, copy_fn, kind):
+        memo = kind()
         x, v = torch.randn(2), torch.randn(1)
         memo[x] = v
         memo_copy = copy_fn(memo)
@@ -48,9 +51,9 @@ class WeakIdKeyDictionaryTest(TestCase):
         del x
         self.assertEqual((len(memo), len(memo_copy)), (0, 0))
 
-    @parametrize("weak_values", [False, True])
-    def test_copy_shares_the_values(self, weak_values):
-        memo = WeakIdKeyWeakValueDictionary() if weak_values else WeakIdKeyDictionary()
+    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__)
+    def test_copy_shares_the_values(self, kind):
+        memo = kind()
         x, v = torch.randn(2), torch.randn(1)
         memo[x] = v
         self.assertIs(copy.copy(memo).get(x), v)

@@ -26,6 +26,7 @@ if str(TOOL_LIB) not in sys.path:
 
 from patchset_lib import series_io  # noqa: E402
 from patchset_lib.common import ABSENT, Project, Runner, find_project, read_base_hashes  # noqa: E402
+from patchset_lib.series import copy_pristine_tree  # noqa: E402
 from patchset_lib.source import ensure_pristine  # noqa: E402
 
 Edit = Callable[[str], str]
@@ -85,13 +86,17 @@ def base_files() -> Dict[str, bytes]:
             for path, digest in sorted(read_base_hashes(project).items()) if digest != ABSENT}
 
 
-def make_patched_checkout(checkout: Path, base_files: Mapping[str, bytes]) -> Path:
-    """Upstream's test/ of the cached checkout and the pristine base files, patched by `apply`."""
+def pristine_checkout(root: Path) -> Path:
+    """A pristine v1.13.1 tree at root: upstream's test/ and the base files, made from the cached
+    checkout whether or not `patchset run` has applied the series to it."""
     project = find_project(TOOL_LIB)
-    shutil.copytree(project.default_checkout / "test", checkout / "test", symlinks=True)
-    for path, data in base_files.items():
-        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
-        (checkout / path).write_bytes(data)
+    ensure_pristine(project, Runner(log_file=project.log_file))
+    return copy_pristine_tree(project, project.default_checkout, root, ["test"])
+
+
+def make_patched_checkout(checkout: Path) -> Path:
+    """A pristine tree (see pristine_checkout) patched by `apply`."""
+    pristine_checkout(checkout)
     proc = run_tool(REPO, "apply", "--checkout", str(checkout))
     assert proc.returncode == 0, proc.stderr
     return checkout

@@ -1,4 +1,5 @@
-"""`patchset apply`: wrong base, a patch that does not apply, twice, --reverse, git am."""
+"""`patchset apply`: wrong base, a patch that does not apply, twice, --reverse, git am; the pristine
+trees the tests apply the series to."""
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +8,11 @@ from typing import Dict
 
 import pytest
 
-from conftest import FAKE, META, TEST, TmpProject, git, insert_line, tree_hashes
+from conftest import (FAKE, META, REPO, TEST, TOOL_LIB, TmpProject, git, insert_line, make_patched_checkout,
+                      pristine_checkout, run_tool, tree_hashes)
+
+from patchset_lib.common import ABSENT, PatchsetError, Project, file_digest, find_project, read_base_hashes
+from patchset_lib.series import copy_pristine_tree
 
 BROKEN_SERIES = [
     ("First change", "Ada Author <ada@example.invalid>",
@@ -206,3 +211,33 @@ def test_git_am_writer_aborts_and_resets_when_a_later_patch_fails(
     assert tree_hashes(git_checkout) == before
     assert git("status", "--porcelain", cwd=git_checkout) == ""
     assert not (git_checkout / ".git" / "rebase-apply").exists()
+
+
+# ---- pristine trees made from a checkout the series was applied to ---------------------------
+
+
+def test_pristine_tree_from_a_patched_checkout_takes_the_series_again(tmp_path: Path) -> None:
+    project = find_project(TOOL_LIB)
+    base = read_base_hashes(project)
+    patched = make_patched_checkout(tmp_path / "applied")  # as `patchset run` leaves .cache/checkout
+    created = [path for path, digest in base.items() if digest == ABSENT]
+    assert created and all((patched / path).is_file() for path in created)
+
+    fresh = copy_pristine_tree(project, patched, tmp_path / "fresh", ["test"])
+
+    assert {path: file_digest(fresh / path) for path in base} == base
+    reference = pristine_checkout(tmp_path / "reference")
+    assert tree_hashes(fresh / "test") == tree_hashes(reference / "test")
+    proc = run_tool(REPO, "apply", "--checkout", str(fresh))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_pristine_tree_refuses_a_pristine_copy_that_does_not_match_the_pins(
+    tmp_project: TmpProject, tmp_path: Path
+) -> None:
+    source = tmp_project.write_tree(tmp_path / "source")
+    copy = tmp_project.root / ".cache" / "pristine" / META
+    copy.write_bytes(copy.read_bytes() + b"# not v1.13.1\n")
+
+    with pytest.raises(PatchsetError, match=META):
+        copy_pristine_tree(Project(tmp_project.root), source, tmp_path / "fresh", ["test"])

@@ -177,10 +177,10 @@ def test_our_behaviour_tests_pass_on_installed_pip_torch(installed: Path) -> Non
 
 
 @pytest.fixture(scope="module")
-def patched_checkout(tmp_path_factory: pytest.TempPathFactory, base_files: Dict[str, bytes]) -> Path:
+def patched_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Upstream's test/ with the pristine base files, patched by `apply`: the patched
     test_fake_tensor.py holds upstream's tests and ours (the cached checkout may be pristine)."""
-    return make_patched_checkout(tmp_path_factory.mktemp("checkout"), base_files)
+    return make_patched_checkout(tmp_path_factory.mktemp("checkout"))
 
 
 def test_upstream_tests_pass_on_installed_pip_torch(installed: Path, patched_checkout: Path) -> None:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Dict, List, Mapping
 
 import pytest
-from conftest import DEBIAN_OWN_PATCH, DEBIAN_SERIES, REPO, TOOL_LIB, git, package_tree, sha, tree_hashes
+from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, REPO, TOOL_LIB, git, package_tree, pristine_checkout,
+                      sha, tree_hashes)
 
 from patchset_lib import cli
 from patchset_lib.common import ABSENT, find_project, read_base_hashes
@@ -130,12 +131,9 @@ def base_tree(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, bytes]:
             for path, digest in read_base_hashes(project).items() if digest != ABSENT}
 
 
-def v1131_checkout(root: Path, base: Mapping[str, bytes]) -> Path:
+def v1131_checkout(root: Path) -> Path:
     """A clean git checkout standing for tag v1.13.1: upstream's test/ and the base files."""
-    shutil.copytree(find_project(TOOL_LIB).default_checkout / "test", root / "test", symlinks=True)
-    for path, data in base.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(data)
+    pristine_checkout(root)
     git("init", "-q", cwd=root)
     git("add", "-A", cwd=root)
     git("commit", "-q", "-m", "v1.13.1", cwd=root)
@@ -156,7 +154,7 @@ def applied_bytes(tmp_path: Path, base: Mapping[str, bytes]) -> Dict[str, bytes]
 
 
 def test_pr_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
-    checkout = v1131_checkout(tmp_path / "pytorch", base_tree)
+    checkout = v1131_checkout(tmp_path / "pytorch")
     env = no_identity_env(tmp_path / "home", PYTORCH=str(checkout), OUT=str(tmp_path / "out"))
     run_recipe(recipe("pr"), REPO, env)
     expected = applied_bytes(tmp_path, base_tree)
@@ -202,9 +200,9 @@ def project_copy(root: Path) -> Path:
     return root
 
 
-def test_edit_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
+def test_edit_recipe(tmp_path: Path) -> None:
     project = project_copy(tmp_path / "project")
-    checkout = v1131_checkout(tmp_path / "pytorch", base_tree)
+    checkout = v1131_checkout(tmp_path / "pytorch")
     editor = tmp_path / "editor"
     editor.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(EDIT_LINE)} >> \"$1\"\n")
     editor.chmod(0o755)

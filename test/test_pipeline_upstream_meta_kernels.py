@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
 
 import pytest
 
@@ -32,9 +31,9 @@ def tool(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def patched_checkout(tmp_path_factory: pytest.TempPathFactory, base_files: Dict[str, bytes]) -> Path:
+def patched_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Upstream's test/ with the pristine base files, patched by `apply`."""
-    return make_patched_checkout(tmp_path_factory.mktemp("checkout"), base_files)
+    return make_patched_checkout(tmp_path_factory.mktemp("checkout"))
 
 
 @pytest.fixture(scope="module")

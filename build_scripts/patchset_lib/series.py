@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -268,9 +269,29 @@ def reset_cached_checkout(project: Project, runner: Runner) -> Optional[str]:
     state = checkout_state(checkout, read_base_hashes(project), hashes(patched_result(project, runner)))
     if state.kind != "modified":
         return None
-    files = read_files(project.pristine, sorted(read_base_hashes(project)))
-    restore(checkout, {path: files.get(path) for path in read_base_hashes(project)})
+    restore(checkout, pristine_snapshot(project))
     return f"reset base files of {checkout} from .cache/pristine ({state.detail})"
+
+
+def pristine_snapshot(project: Project) -> Snapshot:
+    """Every path of patches/base.sha256 as v1.13.1 has it: the bytes of .cache/pristine, or None
+    for a file the series creates."""
+    base = read_base_hashes(project)
+    files = read_files(project.pristine, sorted(base))
+    return {path: None if digest == ABSENT else files[path] for path, digest in base.items()}
+
+
+def copy_pristine_tree(project: Project, source: Path, dest: Path, subdirs: Sequence[str]) -> Path:
+    """dest as a pristine v1.13.1 tree: `subdirs` copied from the 1.13.1 tree at source (which
+    may have the series applied, as `run` leaves the cached checkout), then every path of
+    patches/base.sha256 put back as pinned (files the series creates removed) and verified."""
+    for subdir in subdirs:
+        shutil.copytree(source / subdir, dest / subdir, symlinks=True)
+    restore(dest, pristine_snapshot(project))
+    error = check_result(dest, read_base_hashes(project))
+    if error:
+        raise PatchsetError(f"{dest} is not a pristine v1.13.1 tree: {error}")
+    return dest
 
 
 # --- apply / reverse ----------------------------------------------------------------------

@@ -17,8 +17,9 @@ parameters and buffers through functional_call: traced or the first line of its 
 calls, graph nodes, ms, FakeTensorModes alive after one gc.collect() once the model and the
 trace are dropped.
 
-F1 measures the fallback aliasing patch instead: the peak memory of a fallback kernel whose
-output is a view of a big input, against the real zero stand-in the fallback cannot do without.
+F1 measures the fallback kernel instead: the peak memory of a fallback call whose kernel returns
+a view of a big input (which the fallback refuses, as 1.13.1 does), against the real zero stand-in
+the fallback cannot do without.
 
 Not a test: pytest does not collect this file (its name does not start with ``test_``), and it
 asserts nothing. It prints figures next to the targets of the issue (PASS/MISS).

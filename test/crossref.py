@@ -16,7 +16,10 @@ FakeTensorMode(allow_fallback_kernels=True).  Each (op, variant, sample) is clas
                    the fake in every compared field: the fake always runs inside a mode, and
                    real execution itself takes another path there (1.13.1's max_pool1d
                    returns a view under any mode, a fresh tensor outside one)
-  clear error      the fake raises a NotImplementedError or a FakeTensor exception
+  fallback refusal the fake raises a NotImplementedError or a FakeTensor exception out of
+                   run_fallback_kernel itself: the fallback ran the kernel and refused its
+                   result (an output aliasing an input, a kernel failing on the zero stand-ins)
+  clear error      the fake raises a NotImplementedError or a FakeTensor exception elsewhere
   crash            the fake raises anything else, or the worker process dies
   skipped          the real run raises, or the inputs cannot be faked
 and marked when it reached the fallback kernel, and when the fake inputs already differed from
@@ -47,7 +50,10 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 MODE_DEPENDENT = "real depends on mode"
-CLASSES = ("same", "silent mismatch", MODE_DEPENDENT, "clear error", "crash", "skipped")
+REFUSED = "fallback refusal"
+CLASSES = ("same", "silent mismatch", MODE_DEPENDENT, REFUSED, "clear error", "crash", "skipped")
+# set on an error that leaves run_fallback_kernel (count_fallbacks)
+RAISED_BY_FALLBACK = "_crossref_raised_by_fallback"
 # the entries of a strided tensor's describe() row, to name what differs
 DESCRIBED = ("dtype", "shape", "stride", "storage_offset", "device", "is_view", "alias")
 FORWARD_VARIANTS = ("functional", "inplace", "out", "symbolic")
@@ -266,8 +272,7 @@ def run_backward_case(op: Any, sample_index: int, sample: Any, fallback: "Fallba
         with mode:
             _, fake_grads = sample_grads(op, fake_sample, fallback, marks)
     except Exception as error:
-        kind = "clear error" if is_clear_error(error) else "crash"
-        return {**record, "class": kind, **fallback_marks(fallback, marks),
+        return {**record, "class": error_class(error), **fallback_marks(fallback, marks),
                 "detail": f"{type(error).__name__}: {str(error).splitlines()[-1] if str(error) else ''}"[:300]}
     record.update(fallback_marks(fallback, marks))
     want, got = describe_grads(real_grads, real_inputs), describe_grads(fake_grads, fake_inputs)
@@ -317,6 +322,12 @@ def is_clear_error(error: BaseException) -> bool:
     ))
 
 
+def error_class(error: BaseException) -> str:
+    if not is_clear_error(error):
+        return "crash"
+    return REFUSED if getattr(error, RAISED_BY_FALLBACK, False) else "clear error"
+
+
 def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: "FallbackLog") -> Record:
     import contextlib
 
@@ -362,8 +373,7 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: "F
         with mode, dispatcher:
             fake = call_variant(op, variant, fake_sample, fake_outs)
     except Exception as error:
-        kind = "clear error" if is_clear_error(error) else "crash"
-        return {**record, "class": kind, "fallback": len(fallback) > before,
+        return {**record, "class": error_class(error), "fallback": len(fallback) > before,
                 "fallback_ops": fallback.since(before),
                 "detail": f"{type(error).__name__}: {str(error).splitlines()[-1] if str(error) else ''}"[:300]}
     record["fallback"] = len(fallback) > before
@@ -419,7 +429,11 @@ def count_fallbacks() -> FallbackLog:
 
     def counting(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
         counter.append(str(func))
-        return original(fake_mode, func, *args, **kwargs)
+        try:
+            return original(fake_mode, func, *args, **kwargs)
+        except Exception as error:
+            setattr(error, RAISED_BY_FALLBACK, True)
+            raise
 
     fake_tensor.run_fallback_kernel = counting
     return counter
@@ -531,7 +545,8 @@ def summary_rows(records: List[Record]) -> Dict[str, Dict[str, int]]:
 
 def print_summary(sides: Dict[str, List[Record]]) -> None:
     rows = {label: summary_rows(records) for label, records in sides.items()}
-    heads = ["same", "mismatch", "real dep. on mode", "clear err", "crash", "skipped", "via fallback"]
+    heads = ["same", "mismatch", "real dep. on mode", "fallback refused", "clear err", "crash", "skipped",
+             "via fallback"]
     print("\n| variant | side | " + " | ".join(heads) + " |")
     print("|---|---|" + "---|" * len(heads))
     for variant in VARIANTS + ("?",):

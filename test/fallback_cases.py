@@ -33,6 +33,7 @@ CASES = [
     ("complex_view", "kernel view_as_real of a non-contiguous complex input"),
     ("item", "kernel int((x > 0).sum()) (op not tagged data_dependent_output), throw_on_data_dependent_ops=True"),
     ("is_set_to", "x.is_set_to(x), x.is_set_to(y) (real: True, False)"),
+    ("resize_input", "kernel resizes x, which its schema does not mark as written"),
 ]
 
 
@@ -77,6 +78,7 @@ def run_cases() -> dict:
                     lambda x, values, indices: torch.min(x, 1, out=(values, indices))),
         "column_out": ("column_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
                        lambda x, out: out.resize_(x.size(0)).copy_(x[:, 0])),
+        "resize_input": ("resize_input(Tensor x) -> Tensor", lambda x: x.resize_(2, 2) + 1),
         "normalized": ("normalized(Tensor x) -> Tensor", normalized),
     })
     for name, (schema, kernel) in kernels.items():
@@ -118,11 +120,14 @@ def run_cases() -> dict:
                 args = (x, y) if name == "second_view" else (x,)
                 results[name] = describe(getattr(ops, name)(*args), x, y)
         except NotImplementedError as exc:
-            last = str(exc).strip().splitlines()[-1]
-            results[name] = "NotImplementedError" + (
-                f": ...{last[-60:]}" if "FakeTensor fallback" in last else " (bare)"
-            )
+            results[name] = describe_error(exc)
     return {"file": fake_tensor.__file__, "results": results}
+
+
+def describe_error(exc):
+    says = "names the op" if "FakeTensor fallback for" in str(exc) else "bare"
+    cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "none"
+    return f"{type(exc).__name__} ({says}, __cause__ {cause})"
 
 
 def case_view_base(torch, mode, ops, x, known):
@@ -179,7 +184,7 @@ def case_complex_view(torch, mode, ops, x, known):
     try:
         out, ref = ops.as_real(c), torch.view_as_real(c)
     except NotImplementedError as exc:
-        return "NotImplementedError: ..." + str(exc).strip().splitlines()[-1][-50:]
+        return describe_error(exc)
     same = (out.shape, out.stride(), out.storage_offset()) == (ref.shape, ref.stride(), ref.storage_offset())
     return f"view, layout {'matches torch.view_as_real' if same else 'DIFFERS'}"
 

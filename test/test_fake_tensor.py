@@ -1896,16 +1896,15 @@ class StorageRefKeyTest(TestCase):
         self.assertEqual(len(mc.storage_memo), 0)
 
 
-# Operators without a Meta kernel, so that FakeTensorMode runs them through the fallback kernel.
-# Each CPU kernel records weak references to the real tensors it sees and returns, which lets the
-# tests check that no real temporary outlives the call.
+# Operators without a Meta kernel, so that FakeTensorMode runs their CPU kernels through the
+# fallback.  Some kernels record weak references to the real tensors they see and return, which
+# lets the tests check that no real temporary outlives the call.
 
 _kernel_refs = []
 
 
 def _note_kernel_tensors(*tensors):
-    for t in tensors:
-        _kernel_refs.append(weakref.ref(t))
+    _kernel_refs.extend(weakref.ref(t) for t in tensors)
 
 
 def _kernel_mutate_(x):
@@ -1917,18 +1916,6 @@ def _kernel_pair(x):
     fresh = x + 1
     _note_kernel_tensors(x, fresh)
     return x, fresh
-
-
-def _kernel_twice(x):
-    return x, x
-
-
-def _kernel_nested(x, y):
-    return [y * 2, x, x + y]
-
-
-def _kernel_second(x, y):
-    return y.mul_(2)
 
 
 def _kernel_fresh(x):
@@ -1943,148 +1930,50 @@ def _kernel_narrow_view(x):
     return out
 
 
-def _kernel_transpose_view(x):
-    return x.transpose(0, 1)
-
-
-def _kernel_select_view(x):
-    return x.select(1, 1)
-
-
-def _kernel_strided_view(x):
-    return x.as_strided((2, 2), (1, 2), x.storage_offset() + 1)
-
-
-def _kernel_second_view(x, y):
-    return y.narrow(0, 1, 2)
-
-
-def _kernel_int_view(x):
-    return x.view(torch.int32)
-
-
-def _kernel_short_view(x):
-    return x.view(torch.int16)
-
-
-def _kernel_double_view(x):
-    return x.view(torch.float64)
-
-
-def _kernel_int_view_narrowed(x):
-    # a view of a dtype view: its _base is the int32 tensor, not x
-    return x.view(torch.int32)[1:]
-
-
-def _kernel_detached(x):
-    return x.detach()
-
-
-def _kernel_short_view_of_transpose(x):
-    # element sizes differ: only the transpose's layout (not x's) allows the dtype view
-    return x.t().view(torch.int16)
-
-
-def _kernel_flat_view(x):
-    # fails, as for real, when the input is not contiguous
-    _note_kernel_tensors(x)
-    out = x.view(-1)
-    _note_kernel_tensors(out)
-    return out
-
-
-def _kernel_raw_alias(x):
-    return torch.empty(0, dtype=x.dtype).set_(x.storage(), x.storage_offset(), (x.numel(),), (1,))
-
-
-def _kernel_bad_pair(x):
-    return x + 1, x.view(-1)
-
-
-def _kernel_raw_strided(x):
-    # absolute storage geometry: depends on where the input sits in its storage
-    return x.as_strided((2, 2), (1, 2), 1)
-
-
-def _kernel_resize_out(x, out):
-    return out.resize_(x.size(0) * 2, 3)
-
-
-def _kernel_resize_input(x):
-    x.resize_(x.numel() * 2)
-    return x.sum()
-
-
-def _kernel_aliased(x, y):
-    # (1,) when x and y share memory, (0,) otherwise: an observable of aliasing
-    return x.new_empty(int(x.storage().data_ptr() == y.storage().data_ptr()))
-
-
-def _kernel_as_real(x):
-    return torch.view_as_real(x)
-
-
-_known_tensor = torch.randn(3, 2)
-
-
-def _kernel_known_output(x):
-    return _known_tensor
-
-
-def _kernel_positives(x):
-    # a number read from the values, not tagged data_dependent_output
-    return int((x > 0).sum())
-
-
 def _kernel_normalized(x):
     # fails on the values: zero-filled stand-ins are an invalid input
+    _note_kernel_tensors(x)
     total = x.sum()
     if total == 0:
         raise RuntimeError("normalized: the values sum to zero")
     return x / total
 
 
-_fallback_lib = torch.library.Library("fallback_test", "DEF")
+def _kernel_raw_alias(x):
+    return torch.empty(0, dtype=x.dtype).set_(x.storage(), x.storage_offset(), (x.numel(),), (1,))
 
+
+_known_tensor = torch.randn(3, 2)
+
+_fallback_lib = torch.library.Library("fallback_test", "DEF")
 
 for _schema, _kernel in [
     ("mutate_(Tensor(a!) x) -> Tensor(a!)", _kernel_mutate_),
     ("pair(Tensor(a!) x) -> (Tensor(a!), Tensor)", _kernel_pair),
-    ("twice(Tensor(a!) x) -> (Tensor(a!), Tensor(a!))", _kernel_twice),
-    ("nested(Tensor(a!) x, Tensor y) -> Tensor[]", _kernel_nested),
-    ("second(Tensor x, Tensor(b!) y) -> Tensor(b!)", _kernel_second),
+    ("twice(Tensor(a!) x) -> (Tensor(a!), Tensor(a!))", lambda x: (x, x)),
+    ("nested(Tensor(a!) x, Tensor y) -> Tensor[]", lambda x, y: [y * 2, x, x + y]),
+    ("second(Tensor x, Tensor(b!) y) -> Tensor(b!)", lambda x, y: y.mul_(2)),
     ("fresh(Tensor x) -> Tensor", _kernel_fresh),
+    ("known_output(Tensor x) -> Tensor", lambda x: _known_tensor),
     ("narrow_view(Tensor(a) x) -> Tensor(a)", _kernel_narrow_view),
-    ("transpose_view(Tensor(a) x) -> Tensor(a)", _kernel_transpose_view),
-    ("select_view(Tensor(a) x) -> Tensor(a)", _kernel_select_view),
-    ("strided_view(Tensor(a) x) -> Tensor(a)", _kernel_strided_view),
-    ("second_view(Tensor x, Tensor(b) y) -> Tensor(b)", _kernel_second_view),
-    ("int_view(Tensor(a) x) -> Tensor(a)", _kernel_int_view),
-    ("short_view(Tensor(a) x) -> Tensor(a)", _kernel_short_view),
-    ("double_view(Tensor(a) x) -> Tensor(a)", _kernel_double_view),
-    ("int_view_narrowed(Tensor(a) x) -> Tensor(a)", _kernel_int_view_narrowed),
-    ("detached(Tensor(a) x) -> Tensor(a)", _kernel_detached),
-    ("short_view_of_transpose(Tensor(a) x) -> Tensor(a)", _kernel_short_view_of_transpose),
-    ("flat_view(Tensor(a) x) -> Tensor(a)", _kernel_flat_view),
+    ("transpose_view(Tensor(a) x) -> Tensor(a)", lambda x: x.transpose(0, 1)),
+    ("second_view(Tensor x, Tensor(b) y) -> Tensor(b)", lambda x, y: y.narrow(0, 1, 2)),
+    ("int_view(Tensor(a) x) -> Tensor(a)", lambda x: x.view(torch.int32)),
+    ("detached(Tensor(a) x) -> Tensor(a)", lambda x: x.detach()),
     ("raw_alias(Tensor(a) x) -> Tensor(a)", _kernel_raw_alias),
-    ("bad_pair(Tensor(a) x) -> (Tensor, Tensor(a))", _kernel_bad_pair),
-    ("raw_strided(Tensor(a) x) -> Tensor(a)", _kernel_raw_strided),
-    ("resize_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)", _kernel_resize_out),
-    ("resize_input(Tensor x) -> Tensor", _kernel_resize_input),
-    ("aliased(Tensor x, Tensor y) -> Tensor", _kernel_aliased),
-    ("as_real(Tensor(a) x) -> Tensor(a)", _kernel_as_real),
-    ("known_output(Tensor x) -> Tensor", _kernel_known_output),
-    ("positives(Tensor x) -> int", _kernel_positives),
+    ("as_real(Tensor(a) x) -> Tensor(a)", lambda x: torch.view_as_real(x)),
+    ("view_in_tuple(Tensor(a) x) -> (Tensor, Tensor(a))", lambda x: (x + 1, x[0])),
     ("normalized(Tensor x) -> Tensor", _kernel_normalized),
+    ("positives(Tensor x) -> int", lambda x: int((x > 0).sum())),
+    ("fresh_and_flag(Tensor x) -> (Tensor, bool)", lambda x: (x + 1, bool(x.any()))),
 ]:
     _fallback_lib.define(_schema)
     _fallback_lib.impl(_schema.split("(")[0], _kernel, "CPU")
 
-
 _fallback_ops = torch.ops.fallback_test
 
 
-class FallbackKernelOutputIsInputTest(TestCase):
+class FallbackKernelReturnedInputTest(TestCase):
     def test_returned_input_is_its_fake(self):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(3, 2))
@@ -2098,7 +1987,7 @@ class FallbackKernelOutputIsInputTest(TestCase):
             out = _fallback_ops.mutate_(fx)
         self.assertIs(out, fx)
 
-    def test_returned_input_in_tuple(self):
+    def test_returned_input_in_tuple_next_to_fresh_output(self):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(3, 2))
         with mode:
@@ -2139,286 +2028,100 @@ class FallbackKernelOutputIsInputTest(TestCase):
         self.assertIs(out, fy)
 
 
-class FallbackKernelViewTest(TestCase):
-    def _check_view_of(self, out, fake_input, expected):
-        self.assertIsInstance(out, FakeTensor)
-        self.assertIs(out.fake_mode, fake_input.fake_mode)
-        self.assertEqual(out.device, fake_input.device)
-        self.assertEqual(out.dtype, expected.dtype)
-        self.assertEqual(out.size(), expected.size())
-        self.assertEqual(out.stride(), expected.stride())
-        self.assertEqual(out.storage_offset(), expected.storage_offset())
-        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fake_input))
-
-    def _narrow_of(self, fx):
-        with fx.fake_mode:
-            out = _fallback_ops.narrow_view(fx)
-            expected = fx.narrow(0, 1, 2)
-        self._check_view_of(out, fx, expected)
-        self.assertEqual(out.storage_offset(), fx.storage_offset() + fx.stride(0))
-        return out
-
-    def test_narrow_view_of_input(self):
-        mode = FakeTensorMode()
-        self._narrow_of(mode.from_tensor(torch.randn(4, 3)))
-
-    def test_narrow_view_of_input_made_under_mode(self):
-        with FakeTensorMode():
-            fx = torch.zeros(4, 3)
-        self._narrow_of(fx)
-
-    def test_narrow_view_of_input_with_storage_offset(self):
-        mode = FakeTensorMode()
-        base = mode.from_tensor(torch.randn(6, 3))
-        fx = base[2:]
-        self.assertEqual(fx.storage_offset(), 6)
-        out = self._narrow_of(fx)
-        self.assertEqual(out.storage_offset(), 9)
-
-    def test_narrow_view_of_noncontiguous_input(self):
-        mode = FakeTensorMode()
-        base = mode.from_tensor(torch.randn(4, 5))
-        fx = base[:, 1:4]  # the real stand-in made by zeros_like is contiguous
-        out = self._narrow_of(fx)
-        self.assertEqual(out.stride(), (5, 1))
-        self.assertEqual(out.storage_offset(), 6)
-        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(base))
-
-    def test_narrow_view_of_transposed_input(self):
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(torch.randn(3, 4)).t()
-        out = self._narrow_of(fx)
-        self.assertEqual(out.stride(), (1, 4))
-
-    def test_transpose_view_of_input(self):
-        mode = FakeTensorMode()
-        base = mode.from_tensor(torch.randn(5, 4))
-        fx = base[1:, 1:]
-        with mode:
-            out = _fallback_ops.transpose_view(fx)
-            expected = fx.transpose(0, 1)
-        self._check_view_of(out, fx, expected)
-
-    def test_select_view_of_input(self):
-        mode = FakeTensorMode()
-        base = mode.from_tensor(torch.randn(4, 5))
-        fx = base[:, 1:4]
-        with mode:
-            out = _fallback_ops.select_view(fx)
-            expected = fx.select(1, 1)
-        self._check_view_of(out, fx, expected)
-        self.assertEqual(out.storage_offset(), 2)
-
-    def test_as_strided_view_of_input(self):
-        mode = FakeTensorMode()
-        base = mode.from_tensor(torch.randn(6, 3))
-        fx = base[2:]
-        with mode:
-            out = _fallback_ops.strided_view(fx)
-            expected = fx.as_strided((2, 2), (1, 2), fx.storage_offset() + 1)
-        self._check_view_of(out, fx, expected)
-
-    def test_view_of_second_input(self):
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(torch.randn(4, 3))
-        fy = mode.from_tensor(torch.randn(6, 2))[1:]
-        with mode:
-            out = _fallback_ops.second_view(fx, fy)
-            expected = fy.narrow(0, 1, 2)
-        self._check_view_of(out, fy, expected)
-        self.assertNotEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
-
-    def test_dtype_view_of_input(self):
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(torch.randn(6, 3))[2:]
-        with mode:
-            out = _fallback_ops.int_view(fx)
-            expected = fx.view(torch.int32)
-        self.assertEqual(out.dtype, torch.int32)
-        self._check_view_of(out, fx, expected)
-
-    def test_view_shares_version_counter_with_input(self):
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(torch.randn(4, 3))
-        with mode:
-            out = _fallback_ops.narrow_view(fx)
-            before = fx._version
-            out.add_(1)
-        self.assertGreater(fx._version, before)
-        self.assertEqual(out._version, fx._version)
-
-
-_DTYPE_VIEW_OPS = {
-    "int32": "int_view", "int16": "short_view", "float64": "double_view",
-}
-
-
-_DTYPE_VIEW_INPUTS = {
-    "contiguous": lambda: torch.randn(6, 4),
-    "transposed": lambda: torch.randn(4, 6).t(),
-    "offset_slice": lambda: torch.randn(7, 4)[1:],
-    "non_dense": lambda: torch.randn(6, 8)[:, ::2],
-    "expanded": lambda: torch.randn(1, 4).expand(6, 4),
-    "requires_grad": lambda: torch.randn(6, 4, requires_grad=True),
-}
-
-
-def _version_moves(out, x, mode=None):
-    """Whether an in-place op on x's base (x itself when no view) bumps out's version."""
-    before = out._version
-    with (mode or contextlib.nullcontext()), torch.no_grad():
-        (x._base if x._is_view() else x).add_(0)
-    return out._version != before
-
-
-class FallbackKernelDtypeViewTest(TestCase):
-    """view(dtype) inside a fallback kernel: autograd does not record it as a view (no _base,
-    no grad_fn) but the output shares its input's version counter; the fake output does too."""
-
-    def _fields(self, t):
-        return (t.dtype, t.shape, t.stride(), t.storage_offset(), t._is_view(), t.requires_grad,
-                t.grad_fn is None)
-
-    @parametrize("dtype", list(_DTYPE_VIEW_OPS))
-    @parametrize("layout", list(_DTYPE_VIEW_INPUTS))
-    def test_dtype_view_shares_input_version_counter_as_real(self, dtype, layout):
-        op = getattr(_fallback_ops, _DTYPE_VIEW_OPS[dtype])
-        x = _DTYPE_VIEW_INPUTS[layout]()
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(x)
-        try:
-            real = op(x)
-        except RuntimeError as real_error:
-            # an element size the layout cannot be viewed with: the fake raises it as well
-            with self.assertRaisesRegex(NotImplementedError, "zero-filled stand-ins") as caught:
-                with mode:
-                    op(fx)
-            self.assertIs(type(caught.exception.__cause__), type(real_error))
-            return
-        with mode:
-            out = op(fx)
-        self.assertIsInstance(out, FakeTensor)
-        self.assertEqual(self._fields(out), self._fields(real))
-        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
-        self.assertTrue(_version_moves(real, x))
-        self.assertTrue(_version_moves(out, fx, mode))
-
-    def test_view_of_dtype_view_shares_input_version_counter(self):
-        x = torch.randn(4, 6)
-        real = _fallback_ops.int_view_narrowed(x)
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(x)
-        with mode:
-            out = _fallback_ops.int_view_narrowed(fx)
-        self.assertEqual(self._fields(out), self._fields(real))
-        self.assertTrue(real._is_view())
-        self.assertIsNot(out._base, fx)
-        self.assertTrue(_version_moves(out, fx, mode))
-
-    def test_detached_input_shares_its_version_counter(self):
-        x = torch.randn(4, 6, requires_grad=True)
-        real = _fallback_ops.detached(x)
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(x)
-        with mode:
-            out = _fallback_ops.detached(fx)
-        self.assertEqual(self._fields(out), self._fields(real))
-        self.assertIsNot(out, fx)
-        self.assertTrue(_version_moves(out, fx, mode))
-
-    def test_dtype_view_of_a_layout_the_input_has_not(self):
-        x = torch.randn(6, 4).t()
-        real = _fallback_ops.short_view_of_transpose(x)
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(x)
-        version = fx._version
-        with mode:
-            out = _fallback_ops.short_view_of_transpose(fx)
-        self.assertEqual(self._fields(out), self._fields(real))
-        # the fake was given that layout without a version bump the kernel did not make
-        self.assertEqual(fx._version, version)
-        self.assertTrue(_version_moves(out, fx, mode))
-
-    def test_tensor_set_on_input_storage_shares_no_version_counter(self):
-        # pins: a tensor set_ on the storage is no view of any kind, for real and fake
+class FallbackKernelFreshOutputTest(TestCase):
+    def test_fresh_output_is_new_fake_with_real_metadata(self):
         x = torch.randn(4, 3)
-        real = _fallback_ops.raw_alias(x)
+        real = _fallback_ops.fresh(x)
         mode = FakeTensorMode()
         fx = mode.from_tensor(x)
         with mode:
-            out = _fallback_ops.raw_alias(fx)
-        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
-        self.assertFalse(_version_moves(real, x))
-        self.assertFalse(_version_moves(out, fx, mode))
+            out = _fallback_ops.fresh(fx)
+        self.assertIsInstance(out, FakeTensor)
+        self.assertIs(out.fake_mode, mode)
+        self.assertEqual(out.device, fx.device)
+        self.assertEqual((out.dtype, out.shape, out.stride()), (real.dtype, real.shape, real.stride()))
+        self.assertFalse(out._is_view())
+
+    def test_tensor_the_mode_converted_before_is_its_fake(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(4, 3))
+        known = mode.from_tensor(_known_tensor)
+        with mode:
+            out = _fallback_ops.known_output(fx)
+        self.assertIs(out, known)
 
 
-instantiate_parametrized_tests(FallbackKernelDtypeViewTest)
+def _meta_error_message(op, *args):
+    """The error of op on fakes of args when the mode may not fall back."""
+    mode = FakeTensorMode(allow_fallback_kernels=False)
+    fakes = [mode.from_tensor(a) for a in args]
+    try:
+        with mode:
+            op(*fakes)
+    except NotImplementedError as error:
+        return str(error)
+    raise AssertionError(f"{op} has a Meta kernel")
+
+
+def _shares_storage(t, inputs):
+    return any(t.storage().data_ptr() == i.storage().data_ptr() for i in inputs)
+
+
+_ALIASING_CASES = {
+    "narrow_view": (torch.randn(4, 3),),
+    "transpose_view": (torch.randn(4, 3)[1:],),
+    "second_view": (torch.randn(4, 3), torch.randn(5, 2)),
+    "int_view": (torch.randn(4, 3),),
+    "detached": (torch.randn(4, 3, requires_grad=True),),
+    "raw_alias": (torch.randn(4, 3),),
+    "as_real": (torch.randn(4, 3, dtype=torch.complex64),),
+    "view_in_tuple": (torch.randn(4, 3),),
+}
+
+
+class FallbackKernelAliasingOutputTest(TestCase):
+    @parametrize("name", list(_ALIASING_CASES))
+    def test_output_sharing_input_storage_is_refused_naming_op(self, name):
+        op = getattr(_fallback_ops, name)
+        inputs = _ALIASING_CASES[name]
+        real = op(*inputs)
+        last = real[-1] if isinstance(real, tuple) else real
+        self.assertTrue(_shares_storage(last, inputs))
+        mode = FakeTensorMode()
+        fakes = [mode.from_tensor(a) for a in inputs]
+        layouts = [(f.shape, f.stride(), f.storage_offset(), f._version) for f in fakes]
+        with self.assertRaises(NotImplementedError) as cm:
+            with mode:
+                op(*fakes)
+        message = str(cm.exception)
+        self.assertIn(f"FakeTensor fallback for fallback_test.{name}.default", message)
+        self.assertIn("shares storage with an input without being that input", message)
+        # the cause: the missing Meta kernel that sent the op to the fallback
+        self.assertIs(type(cm.exception.__cause__), NotImplementedError)
+        self.assertEqual(str(cm.exception.__cause__), _meta_error_message(op, *inputs))
+        self.assertEqual([(f.shape, f.stride(), f.storage_offset(), f._version) for f in fakes], layouts)
+
+    def test_refusal_names_the_output(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(4, 3))
+        with self.assertRaisesRegex(NotImplementedError, "output 1 of its kernel"):
+            with mode:
+                _fallback_ops.view_in_tuple(fx)
 
 
 class FallbackKernelErrorTest(TestCase):
-    def _original_message(self, op, *args):
-        mode = FakeTensorMode(allow_fallback_kernels=False)
-        args = tuple(mode.from_tensor(a) for a in args)
-        with self.assertRaises(NotImplementedError) as cm:
-            with mode:
-                op(*args)
-        return str(cm.exception)
-
-    def _check_kernel_error(self, op, name, real_input, make_input):
-        original = self._original_message(op, real_input)
-        with self.assertRaises(RuntimeError) as real:
-            op(real_input)
+    def test_kernel_error_names_op_and_stand_ins_and_chains_cause(self):
         mode = FakeTensorMode()
-        fx = make_input(mode)
-        with self.assertRaises(NotImplementedError) as cm:
-            with mode:
-                op(fx)
-        message = str(cm.exception)
-        self.assertIn(original, message)
-        added = message.replace(original, "")
-        self.assertIn(name, added)
-        self.assertIn("zero-filled stand-ins of the inputs", added)
-        self.assertIs(type(cm.exception.__cause__), type(real.exception))
-        self.assertEqual(str(cm.exception.__cause__), str(real.exception))
-
-    def test_flattening_view_of_noncontiguous_input_fails_as_for_real(self):
-        self._check_kernel_error(
-            _fallback_ops.flat_view, "flat_view", torch.randn(4, 4)[:, :2],
-            lambda mode: mode.from_tensor(torch.randn(4, 4))[:, :2],
-        )
-
-    def test_kernel_error_in_later_output_fails_as_for_real(self):
-        self._check_kernel_error(
-            _fallback_ops.bad_pair, "bad_pair", torch.randn(4, 4)[:, 2:],
-            lambda mode: mode.from_tensor(torch.randn(4, 4))[:, 2:],
-        )
-
-    def test_data_dependent_kernel_error_names_stand_ins_and_chains_cause(self):
-        mode = FakeTensorMode(allow_fallback_kernels=True)
         probs = mode.from_tensor(torch.rand(3, 5))
         with self.assertRaises(NotImplementedError) as cm:
             with mode:
                 _fallback_ops.normalized(probs)
         message = str(cm.exception)
-        self.assertIn("fallback_test.normalized.default", message)
-        self.assertIn("ran its kernel on zero-filled stand-ins of the inputs", message)
-        self.assertIsInstance(cm.exception.__cause__, RuntimeError)
-        self.assertIn("the values sum to zero", str(cm.exception.__cause__))
+        self.assertIn("FakeTensor fallback for fallback_test.normalized.default", message)
+        self.assertIn("its kernel raised RuntimeError on zero-filled stand-ins", message)
+        self.assertIs(type(cm.exception.__cause__), RuntimeError)
+        self.assertEqual(str(cm.exception.__cause__), "normalized: the values sum to zero")
         self.assertIn(str(cm.exception.__cause__), message)
-
-    def test_non_mutable_input_changed_by_kernel_raises(self):
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(torch.randn(4))
-        with self.assertRaises(NotImplementedError) as cm:
-            with mode:
-                _fallback_ops.resize_input(fx)
-        message = str(cm.exception)
-        self.assertIn("resize_input", message)
-        self.assertIn("argument 'x'", message)
-        self.assertIn("does not mark as mutable", message)
-        self.assertIsNone(cm.exception.__cause__)
-        self.assertEqual(fx.size(), (4,))
-        self.assertEqual(fx.stride(), (1,))
 
     def test_inplace_view_op_never_falls_back(self):
         mode = FakeTensorMode()
@@ -2430,330 +2133,142 @@ class FallbackKernelErrorTest(TestCase):
         self.assertEqual(fake.size(), (3, 4))
         self.assertEqual(fake.stride(), (4, 1))
 
-    def test_disallowed_fallback_raises_original_error(self):
+    @parametrize("name", ["fresh", "narrow_view", "mutate_"])
+    def test_disallowed_fallback_raises_original_error(self, name):
         mode = FakeTensorMode(allow_fallback_kernels=False)
         fx = mode.from_tensor(torch.randn(4, 3))
-        for op in (_fallback_ops.fresh, _fallback_ops.narrow_view, _fallback_ops.mutate_):
-            with self.assertRaises(NotImplementedError) as cm:
-                with mode:
-                    op(fx)
-            self.assertIn("Could not run", str(cm.exception))
-            self.assertIn("Meta", str(cm.exception))
-
-
-class FallbackKernelFidelityTest(TestCase):
-    """Fallback results compared with the same op run for real."""
-
-    def _layout(self, t):
-        return (t.dtype, tuple(t.size()), tuple(t.stride()), t.storage_offset())
-
-    def test_view_output_is_autograd_view_of_input(self):
-        x = torch.randn(4, 3)
-        real = _fallback_ops.narrow_view(x)
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(x)
-        with mode:
-            out = _fallback_ops.narrow_view(fx)
-        self.assertTrue(real._is_view())
-        self.assertIs(real._base, x)
-        self.assertTrue(out._is_view())
-        self.assertIs(out._base, fx)
-        self.assertEqual(self._layout(out), self._layout(real))
-
-    def test_view_output_of_view_input_has_input_base(self):
-        x = torch.randn(6, 3)
-        real = _fallback_ops.narrow_view(x[1:])
-        mode = FakeTensorMode()
-        fbase = mode.from_tensor(x)
-        with mode:
-            fx = fbase[1:]
-            out = _fallback_ops.narrow_view(fx)
-        self.assertIs(real._base, x)
-        self.assertIs(out._base, fbase)
-        self.assertEqual(self._layout(out), self._layout(real))
-
-    def test_view_output_shares_version_counter(self):
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(torch.randn(4, 3))
-        with mode:
-            out = _fallback_ops.narrow_view(fx)
-            out.mul_(2)
-        self.assertEqual(out._version, fx._version)
-
-    def test_inplace_on_view_output_gives_real_grad_fn_kinds(self):
-        def run(leaf, mode):
+        with self.assertRaises(NotImplementedError) as cm:
             with mode:
-                base = leaf.clone()
-                view = _fallback_ops.narrow_view(base)
-                view.mul_(2)
-            return type(view.grad_fn).__name__, type(base.grad_fn).__name__
+                getattr(_fallback_ops, name)(fx)
+        self.assertIn("Could not run", str(cm.exception))
+        self.assertIn("Meta", str(cm.exception))
+        self.assertIsNone(cm.exception.__cause__)
 
-        real = run(torch.randn(4, 3, requires_grad=True), contextlib.nullcontext())
-        mode = FakeTensorMode()
-        fake = run(mode.from_tensor(torch.randn(4, 3, requires_grad=True)), mode)
-        self.assertEqual(real, ("AsStridedBackward0", "CopySlices"))
-        self.assertEqual(fake, real)
 
-    def test_grad_through_view_output_matches_real(self):
-        def run(leaf, mode):
-            with mode:
-                view = _fallback_ops.narrow_view(leaf.clone())
-                (grad,) = torch.autograd.grad(view.sum(), leaf)
-            return grad
+class FallbackKernelValueOutputTest(TestCase):
+    """Values other than tensors that a fallback kernel returns come from the zero-filled
+    stand-ins; under throw_on_data_dependent_ops they are refused."""
 
-        real = run(torch.randn(4, 3, requires_grad=True), contextlib.nullcontext())
-        mode = FakeTensorMode()
-        fake = run(mode.from_tensor(torch.randn(4, 3, requires_grad=True)), mode)
-        self.assertIsInstance(fake, FakeTensor)
-        self.assertEqual(self._layout(fake), self._layout(real))
-
-    def test_raw_storage_kernel_on_offset_noncontiguous_input(self):
-        x = torch.randn(6, 4)[1:, 1:3]
-        real = _fallback_ops.raw_strided(x)
-        mode = FakeTensorMode()
-        fbase = mode.from_tensor(x._base)
+    def _call(self, op, throw):
+        mode = FakeTensorMode(throw_on_data_dependent_ops=throw)
+        fx = mode.from_tensor(torch.randn(4, 3).abs() + 1)
         with mode:
-            out = _fallback_ops.raw_strided(fbase[1:, 1:3])
-        self.assertEqual(real.storage_offset(), 1)
-        self.assertEqual(self._layout(out), self._layout(real))
+            return op(fx)
 
-    def test_storage_alias_of_noncontiguous_input_matches_real(self):
-        x = torch.randn(4, 4)[:, :2]
-        real = _fallback_ops.raw_alias(x)
-        mode = FakeTensorMode()
-        fbase = mode.from_tensor(x._base)
-        with mode:
-            fx = fbase[:, :2]
-            out = _fallback_ops.raw_alias(fx)
-        self.assertFalse(real._is_view())
-        self.assertFalse(out._is_view())
-        self.assertEqual(self._layout(out), self._layout(real))
-        self.assertEqual(torch._C._storage_id(out), torch._C._storage_id(fbase))
-
-    def test_aliasing_inputs_alias_in_kernel(self):
-        x = torch.randn(4, 3)
-        real = _fallback_ops.aliased(x, x[1:])
-        mode = FakeTensorMode()
-        with mode:
-            fx = mode.from_tensor(x)
-            both = _fallback_ops.aliased(fx, fx[1:])
-            apart = _fallback_ops.aliased(fx, torch.zeros(4, 3))
-        self.assertEqual(real.shape, (1,))
-        self.assertEqual(both.shape, (1,))
-        self.assertEqual(apart.shape, (0,))
-
-    def test_dtype_view_of_noncontiguous_complex_input(self):
-        x = torch.randn(4, 6, dtype=torch.complex64)[:, 1:5:2]
-        real = _fallback_ops.as_real(x)
-        mode = FakeTensorMode()
-        fbase = mode.from_tensor(x._base)
-        with mode:
-            fx = fbase[:, 1:5:2]
-            out = _fallback_ops.as_real(fx)
-            expected = torch.view_as_real(fx)
-        self.assertEqual(self._layout(out), self._layout(real))
-        self.assertEqual(self._layout(out), self._layout(expected))
-        self.assertIs(out._base, fbase)
-
-    def test_out_resize_mirrored_for_aten_op(self):
-        x = torch.randn(5, 6)
-        v, i = torch.empty(0), torch.empty(0, dtype=torch.long)
-        torch.kthvalue(x, 2, 1, out=(v, i))
-        mode = FakeTensorMode(allow_fallback_kernels=True)
-        with mode:
-            fx = mode.from_tensor(x)
-            fv, fi = torch.empty(0), torch.empty(0, dtype=torch.long)
-            rv, ri = torch.kthvalue(fx, 2, 1, out=(fv, fi))
-        self.assertIs(rv, fv)
-        self.assertIs(ri, fi)
-        self.assertEqual(self._layout(fv), self._layout(v))
-        self.assertEqual(self._layout(fi), self._layout(i))
-
-    def test_out_resize_mirrored_for_library_op(self):
-        x = torch.randn(3, 2)
-        real_out = torch.empty(0)
-        _fallback_ops.resize_out(x, out=real_out)
-        mode = FakeTensorMode()
-        with mode:
-            fx = mode.from_tensor(x)
-            fout = torch.empty(0)
-            result = _fallback_ops.resize_out(fx, out=fout)
-        self.assertIs(result, fout)
-        self.assertEqual(self._layout(fout), self._layout(real_out))
-        self.assertEqual(fout.size(), (6, 3))
-
-    def test_number_read_from_stand_ins_raises_data_dependent(self):
-        mode = FakeTensorMode(throw_on_data_dependent_ops=True)
-        x = torch.ones(4)
-        self.assertEqual(_fallback_ops.positives(x), 4)
-        fx = mode.from_tensor(x)
+    @parametrize("name", ["positives", "fresh_and_flag"])
+    def test_value_output_is_refused_under_throw_on_data_dependent_ops(self, name):
         with self.assertRaises(DataDependentOutputException) as cm:
-            with mode:
-                _fallback_ops.positives(fx)
-        self.assertIn("positives", str(cm.exception))
+            self._call(getattr(_fallback_ops, name), throw=True)
+        self.assertIn(name, str(cm.exception))
 
-    def test_number_read_from_stand_ins_returned_without_throw_flag(self):
-        # the mode's contract for ops tagged data_dependent_output, kept for the fallback
-        mode = FakeTensorMode(throw_on_data_dependent_ops=False)
-        fx = mode.from_tensor(torch.ones(4))
-        with mode:
-            value = _fallback_ops.positives(fx)
-        self.assertIsInstance(value, int)
+    def test_value_output_read_from_zeros_without_throw_on_data_dependent_ops(self):
+        # as in 1.13.1: the value the kernel computed from the stand-ins
+        self.assertEqual(self._call(_fallback_ops.positives, throw=False), 0)
+        out, flag = self._call(_fallback_ops.fresh_and_flag, throw=False)
+        self.assertIsInstance(out, FakeTensor)
+        self.assertIs(flag, False)
 
-    def test_metadata_answer_from_stand_ins_is_kept(self):
-        x, y = torch.randn(3), torch.randn(3)
+    def test_tensor_outputs_are_not_refused_under_throw_on_data_dependent_ops(self):
+        out = self._call(_fallback_ops.fresh, throw=True)
+        self.assertIsInstance(out, FakeTensor)
+
+    def test_aten_equal_is_refused_under_throw_on_data_dependent_ops(self):
         mode = FakeTensorMode(throw_on_data_dependent_ops=True)
-        fx, fy = mode.from_tensor(x), mode.from_tensor(y)
-        with mode:
-            answers = (fx.is_set_to(fx), fx.is_set_to(fy))
-        self.assertEqual(answers, (x.is_set_to(x), x.is_set_to(y)))
-        self.assertEqual(answers, (True, False))
-
-    def test_value_check_leaves_user_random_stream_alone(self):
-        mode = FakeTensorMode(throw_on_data_dependent_ops=True)
-        fx, fy = mode.from_tensor(torch.randn(3)), mode.from_tensor(torch.randn(3))
-        state = torch.get_rng_state()
+        x, y = mode.from_tensor(torch.randn(3)), mode.from_tensor(torch.randn(3))
         with self.assertRaises(DataDependentOutputException):
             with mode:
-                _fallback_ops.positives(fx)
-        self.assertTrue(torch.equal(torch.get_rng_state(), state))
-
-    def test_known_output_comes_back_as_memoized_fake(self):
-        mode = FakeTensorMode()
-        known = mode.from_tensor(_known_tensor)
-        fx = mode.from_tensor(torch.randn(2))
+                torch.equal(x, y)
+        mode.throw_on_data_dependent_ops = False
         with mode:
-            first = _fallback_ops.known_output(fx)
-            second = _fallback_ops.known_output(fx)
-        self.assertIs(first, known)
-        self.assertIs(second, known)
-
-
-class FallbackKernelFreshOutputTest(TestCase):
-    def test_fresh_output_is_fake_on_input_device(self):
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(torch.randn(4, 3))
-        with mode:
-            out = _fallback_ops.fresh(fx)
-        self.assertIsInstance(out, FakeTensor)
-        self.assertIs(out.fake_mode, mode)
-        self.assertEqual(out.fake_device, fx.fake_device)
-        self.assertEqual(out.device, torch.device("cpu"))
-        self.assertEqual(out.dtype, torch.float64)
-        self.assertEqual(out.shape, (3,))
-        self.assertNotEqual(torch._C._storage_id(out), torch._C._storage_id(fx))
-
-    def test_fresh_outputs_do_not_enter_converter_memo(self):
-        mode = FakeTensorMode()
-        conv = mode.fake_tensor_converter
-        mc = conv.meta_converter
-        x, y = torch.randn(4, 3), torch.randn(4, 3)
-        fx, fy = mode.from_tensor(x), mode.from_tensor(y)
-
-        def sizes():
-            # no sweep: an entry made for a real temporary would still be in storage_memo
-            return (len(conv.tensor_memo), len(mc.tensor_memo), len(mc.storage_memo))
-
-        self.assertEqual(sizes(), (2, 2, 2))
-        with mode:
-            outs = [
-                _fallback_ops.fresh(fx),
-                _fallback_ops.pair(fx),
-                _fallback_ops.nested(fx, fy),
-            ]
-        self.assertEqual(sizes(), (2, 2, 2))
-        self.assertTrue(all(isinstance(t, FakeTensor) for t in [outs[0], *outs[1], *outs[2]]))
+            self.assertIs(torch.equal(x, y), True)
 
 
 class FallbackKernelLifetimeTest(TestCase):
-    def _check_no_real_outlives(self, op, n_seen):
+    """No real tensor the kernel saw or made outlives the call, the errors included."""
+
+    def setUp(self):
+        _kernel_refs.clear()
+        gc.disable()
+        self.addCleanup(gc.enable)
+        self.addCleanup(_kernel_refs.clear)
+
+    def _check_freed(self, n_seen):
+        refs = list(_kernel_refs)
+        _kernel_refs.clear()
+        self.assertEqual(len(refs), n_seen)
+        self.assertEqual([r() is None for r in refs], [True] * n_seen)
+
+    @parametrize("name,n_seen", [("fresh", 2), ("mutate_", 1), ("pair", 2)])
+    def test_no_real_temporary_outlives_the_call(self, name, n_seen):
         mode = FakeTensorMode()
         fx = mode.from_tensor(torch.randn(4, 3))
-        _kernel_refs.clear()
-        gc.disable()
+        with mode:
+            out = getattr(_fallback_ops, name)(fx)
+        self.assertIsNotNone(out)
+        self._check_freed(n_seen)
+
+    @parametrize("name,n_seen", [("narrow_view", 2), ("normalized", 1)])
+    def test_no_real_temporary_outlives_a_refusal(self, name, n_seen):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.rand(4, 3))
+        error = None
+        # not assertRaises: it clears the traceback's frames, which would hide them
         try:
             with mode:
-                out = op(fx)
-            refs = list(_kernel_refs)
-            _kernel_refs.clear()
-            self.assertEqual(len(refs), n_seen)
-            self.assertEqual([r() is None for r in refs], [True] * n_seen)
-        finally:
-            gc.enable()
-        gc.collect()
-        self.assertEqual([r() is None for r in refs], [True] * n_seen)
-        return out
-
-    def test_no_real_temporary_outlives_fresh_output(self):
-        out = self._check_no_real_outlives(_fallback_ops.fresh, 2)
-        self.assertIsInstance(out, FakeTensor)
-
-    def test_no_real_temporary_outlives_view_output(self):
-        out = self._check_no_real_outlives(_fallback_ops.narrow_view, 2)
-        self.assertIsInstance(out, FakeTensor)
-
-    def test_no_real_temporary_outlives_input_output(self):
-        out = self._check_no_real_outlives(_fallback_ops.mutate_, 1)
-        self.assertIsInstance(out, FakeTensor)
-
-    def test_no_real_temporary_outlives_tuple_output(self):
-        out = self._check_no_real_outlives(_fallback_ops.pair, 2)
-        self.assertIsInstance(out[1], FakeTensor)
-
-    def test_no_real_temporary_outlives_kernel_error(self):
-        mode = FakeTensorMode()
-        fx = mode.from_tensor(torch.randn(4, 4))[:, :2]
-        _kernel_refs.clear()
-        error = None
-        gc.disable()
-        try:
-            # not assertRaises: it clears the traceback's frames, which would hide them
-            try:
-                with mode:
-                    _fallback_ops.flat_view(fx)
-            except NotImplementedError as e:
-                error = e
-            self.assertIsNotNone(error)
-            self.assertIsNotNone(error.__traceback__)
-            refs = list(_kernel_refs)
-            _kernel_refs.clear()
-            self.assertEqual(len(refs), 1)
-            # the exception, its traceback and its __cause__ are still held here
-            self.assertIsNotNone(error.__cause__)
-            self.assertEqual([r() is None for r in refs], [True])
-        finally:
-            gc.enable()
-        gc.collect()
-        self.assertEqual([r() is None for r in refs], [True])
-        self.assertIn("flat_view", str(error))
+                getattr(_fallback_ops, name)(fx)
+        except NotImplementedError as e:
+            error = e
+        self.assertIsNotNone(error)
+        self.assertIsNotNone(error.__traceback__)
+        self.assertIsNotNone(error.__cause__)
+        self._check_freed(n_seen)
 
 
 class FallbackKernelLeavesNoCycleTest(TestCase):
-    # an error kept in a local of the frame its traceback holds makes a cycle through the
-    # frame's arguments; collecting it clears the __dict__ of fakes C++ still keeps alive
+    # a cycle through the frames an error holds would be broken by gc, which clears the
+    # __dict__ of fakes C++ still keeps alive
     def setUp(self):
         gc.collect()
         gc.disable()
         self.addCleanup(gc.enable)
 
-    def test_fallback_call_leaves_no_garbage(self):
-        mode = FakeTensorMode(allow_fallback_kernels=True)
-        x = mode.from_tensor(torch.randn(3))
+    def _garbage_of(self, call):
         while gc.collect():
             pass
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
-            with mode:
-                _fallback_ops.fresh(x)
+            call()
             gc.collect()
-            garbage = [type(o).__name__ for o in gc.garbage]
+            return [type(o).__name__ for o in gc.garbage]
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
-        self.assertEqual(garbage, [])
+
+    def test_fallback_call_leaves_no_garbage(self):
+        mode = FakeTensorMode()
+        x = mode.from_tensor(torch.randn(3))
+
+        def call():
+            with mode:
+                _fallback_ops.fresh(x)
+
+        self.assertEqual(self._garbage_of(call), [])
+
+    def test_refused_fallback_call_leaves_no_garbage(self):
+        mode = FakeTensorMode()
+        x = mode.from_tensor(torch.randn(3, 2))
+
+        def call():
+            try:
+                with mode:
+                    _fallback_ops.narrow_view(x)
+            except NotImplementedError:
+                pass
+
+        self.assertEqual(self._garbage_of(call), [])
 
     def test_fake_saved_by_autograd_keeps_attributes_through_gc(self):
-        mode = FakeTensorMode(allow_fallback_kernels=True)
+        mode = FakeTensorMode()
         x = mode.from_tensor(torch.randn(3, requires_grad=True))
         with mode:
             y = x.clone()
@@ -2765,6 +2280,129 @@ class FallbackKernelLeavesNoCycleTest(TestCase):
             (grad,) = torch.autograd.grad(loss, [x])
         self.assertIs(grad.fake_mode, mode)
         self.assertEqual(grad.shape, x.shape)
+
+
+instantiate_parametrized_tests(FallbackKernelAliasingOutputTest)
+instantiate_parametrized_tests(FallbackKernelErrorTest)
+instantiate_parametrized_tests(FallbackKernelValueOutputTest)
+instantiate_parametrized_tests(FallbackKernelLifetimeTest)
+
+
+# Fallback kernels that change the metadata of their arguments.
+
+_metadata_lib = torch.library.Library("fallback_metadata_test", "DEF")
+
+for _schema, _kernel in [
+    ("column_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
+     lambda x, out: out.resize_(x.size(0)).copy_(x[:, 0])),
+    ("min_out(Tensor x, *, Tensor(a!) values, Tensor(b!) indices) -> (Tensor(a!), Tensor(b!))",
+     lambda x, values, indices: torch.min(x, 1, out=(values, indices))),
+    ("channels_last_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
+     lambda x, out: out.resize_(x.shape, memory_format=torch.channels_last).copy_(x)),
+    ("resize_input(Tensor x) -> Tensor", lambda x: x.resize_(2, 2) + 1),
+    ("new_storage_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
+     lambda x, out: out.set_(torch.zeros(x.size(0)))),
+    ("column_out_and_view(Tensor(a) x, *, Tensor(b!) out) -> Tensor(a)",
+     lambda x, out: (out.resize_(x.size(0)), x[0])[1]),
+]:
+    _metadata_lib.define(_schema)
+    _metadata_lib.impl(_schema.split("(")[0], _kernel, "CPU")
+
+_metadata_ops = torch.ops.fallback_metadata_test
+
+
+def _geometry(t):
+    return (tuple(t.shape), t.stride(), t.storage_offset())
+
+
+_OUT_CASES = {
+    "empty": lambda: torch.empty(0),
+    "right_size": lambda: torch.empty(4),
+    "larger": lambda: torch.empty(9),
+    "offset_view": lambda: torch.empty(5)[2:],
+    "strided_view": lambda: torch.empty(3, 2)[:, 0],
+}
+
+
+class FallbackKernelMetadataChangeTest(TestCase):
+    @parametrize("case", list(_OUT_CASES))
+    def test_out_resize_is_mirrored_as_for_real(self, case):
+        x = torch.randn(4, 3)
+        real_out = _OUT_CASES[case]()
+        _metadata_ops.column_out(x, out=real_out)
+        mode = FakeTensorMode()
+        fx, fake_out = mode.from_tensor(x), mode.from_tensor(_OUT_CASES[case]())
+        with mode:
+            result = _metadata_ops.column_out(fx, out=fake_out)
+        self.assertIs(result, fake_out)
+        self.assertEqual(_geometry(fake_out), _geometry(real_out))
+        self.assertEqual(_geometry(fx), _geometry(x))
+        self.assertGreaterEqual(fake_out.storage().nbytes(), real_out.storage().nbytes())
+
+    def test_every_resized_out_argument_is_mirrored(self):
+        x = torch.randn(5, 6)
+        values, indices = torch.empty(0), torch.empty(0, dtype=torch.long)
+        _metadata_ops.min_out(x, values=values, indices=indices)
+        mode = FakeTensorMode()
+        fv = mode.from_tensor(torch.empty(0))
+        fi = mode.from_tensor(torch.empty(0, dtype=torch.long))
+        with mode:
+            out = _metadata_ops.min_out(mode.from_tensor(x), values=fv, indices=fi)
+        self.assertIs(out[0], fv)
+        self.assertIs(out[1], fi)
+        self.assertEqual([_geometry(fv), _geometry(fi)], [_geometry(values), _geometry(indices)])
+
+    def test_out_strides_are_mirrored(self):
+        x = torch.randn(2, 3, 4, 5)
+        real_out = torch.empty(0)
+        _metadata_ops.channels_last_out(x, out=real_out)
+        mode = FakeTensorMode()
+        fake_out = mode.from_tensor(torch.empty(0))
+        with mode:
+            _metadata_ops.channels_last_out(mode.from_tensor(x), out=fake_out)
+        self.assertEqual(_geometry(fake_out), _geometry(real_out))
+        self.assertTrue(fake_out.is_contiguous(memory_format=torch.channels_last))
+
+    def test_resize_of_view_grows_the_storage_its_base_shares(self):
+        mode = FakeTensorMode()
+        base = mode.from_tensor(torch.empty(5))
+        out = base[2:]
+        with mode:
+            _metadata_ops.column_out(mode.from_tensor(torch.randn(6, 3)), out=out)
+        self.assertEqual(_geometry(out), ((6,), (1,), 2))
+        self.assertEqual(base.storage().nbytes(), 8 * 4)
+        self.assertIs(out._base, base)
+
+    def test_change_of_argument_not_written_by_schema_is_refused(self):
+        mode = FakeTensorMode()
+        fx = mode.from_tensor(torch.randn(4))
+        with self.assertRaises(NotImplementedError) as cm:
+            with mode:
+                _metadata_ops.resize_input(fx)
+        message = str(cm.exception)
+        self.assertIn("FakeTensor fallback for fallback_metadata_test.resize_input.default", message)
+        self.assertIn("changed the metadata of argument 'x'", message)
+        self.assertIs(type(cm.exception.__cause__), NotImplementedError)
+        self.assertEqual(_geometry(fx), ((4,), (1,), 0))
+
+    def test_written_argument_moved_to_another_storage_is_refused(self):
+        mode = FakeTensorMode()
+        fake_out = mode.from_tensor(torch.empty(0))
+        with self.assertRaisesRegex(NotImplementedError, "argument 'out'"):
+            with mode:
+                _metadata_ops.new_storage_out(mode.from_tensor(torch.randn(4, 3)), out=fake_out)
+        self.assertEqual(_geometry(fake_out), ((0,), (1,), 0))
+
+    def test_refused_call_leaves_written_arguments_unchanged(self):
+        mode = FakeTensorMode()
+        fake_out = mode.from_tensor(torch.empty(0))
+        with self.assertRaisesRegex(NotImplementedError, "shares storage with an input"):
+            with mode:
+                _metadata_ops.column_out_and_view(mode.from_tensor(torch.randn(4, 3)), out=fake_out)
+        self.assertEqual(_geometry(fake_out), ((0,), (1,), 0))
+
+
+instantiate_parametrized_tests(FallbackKernelMetadataChangeTest)
 
 
 def _grad_fn_names(t):
@@ -2851,6 +2489,14 @@ class KernelInvocationThreadTest(TestCase):
         finally:
             release.set()
             other.join()
+
+
+def _version_moves(out, x, mode=None):
+    """Whether an in-place op on x's base (x itself when no view) bumps out's version."""
+    before = out._version
+    with (mode or contextlib.nullcontext()), torch.no_grad():
+        (x._base if x._is_view() else x).add_(0)
+    return out._version != before
 
 
 class FakeViewConversionTest(TestCase):
@@ -3122,17 +2768,6 @@ class FakeViewSymbolicAndConstantConversionTest(TestCase):
         self.assertIs(fv._base, mode.from_tensor(x))
         self.assertIs(fv._base.constant, x)
         self.assertTrue(_version_moves(fv, fv, mode))
-
-    def test_kernel_view_of_constant_is_view_of_its_fake(self):
-        mode = FakeTensorMode()
-        with mode:
-            x = torch.tensor([[1.0]])
-            out = _fallback_ops.transpose_view(x)
-        self.assertIsNotNone(x.constant)
-        self.assertIsNotNone(out.constant)
-        self.assertTrue(out._is_view())
-        self.assertIs(out._base, x)
-        self.assertTrue(_version_moves(out, x, mode))
 
 
 # Conversions from several threads and from code that runs inside a conversion.

@@ -11,6 +11,12 @@ D1-D4 compile a torchvision training step (resnet18, mobilenet_v2) with torchdyn
 aot_eager and inductor backends N times, torchdynamo.reset() between compiles, as a user
 compiling in a loop does (torchdynamo is in the pip venv only: `setup --pip`).
 
+L1-L3 are a long-lived process tracing over and over: 2,000 make_fx (L1), aot_function (L2) or
+torchdynamo aot_eager (L3, pip venvs) traces of a resnet18 training step in one worker, RSS after
+gc.collect() every 500 traces, and the least-squares slope of the samples after warm-up in MB per
+1,000 traces, with the torch.fx generated-source cache and linecache entries the traces leave.
+`--long` runs L1 patched only over 10,000 traces; `--l-traces N` runs a shorter L row.
+
 Z1 is the model zoo: a fake training-step trace of every torchvision model builder
 (classification, segmentation, video, optical flow, detection), small inputs, the model's own
 parameters and buffers through functional_call: traced or the first line of its error, fallback
@@ -57,7 +63,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
 WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "D1", "D2", "D3", "D4", "Z1", "W1", "W2",
-             "W3", "W3v", "W4", "F1", "S1", "S2", "S3")
+             "W3", "W3v", "W4", "F1", "S1", "S2", "S3", "L1", "L2", "L3")
+NAMED_ONLY = ("D1", "D2", "D3", "D4", "Z1", "S3", "L1", "L2", "L3")  # run only when named
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
 TORCH2_W1_MS_PER_MODE = 8.4
@@ -86,12 +93,16 @@ FULL_SIZES: Dict[str, int] = {
     "s2_inner": 3000,
     "s3_runs": 50,
     "s3_rounds": 300,
+    "l_traces": 2000,
+    "l_every": 500,
+    "l_warm": 500,
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
     r1_traces=20, r_traces=10, m_traces=2, d_compiles=2, z_quick=1, f1_elements=5_000_000,
-    s1_rounds=3, s3_runs=3,
+    s1_rounds=3, s3_runs=3, l_traces=20, l_every=5, l_warm=5,
 )
+LONG_SIZES: Dict[str, int] = {"l_traces": 10_000, "l_every": 500, "l_warm": 1000}
 STRESS_PREFIX = "STRESS_RESULT "
 
 
@@ -228,9 +239,10 @@ class Baseline:
         return Baseline(rss=rss_bytes()[0], finalizers=finalizer_count())
 
     def growth(self) -> Dict[str, float]:
+        rss = rss_bytes()[0]  # after gc.collect(): a dropped GraphModule's finalizer goes with it
         return {
             "finalizers_added": finalizer_count() - self.finalizers,
-            "rss_growth_mb": (rss_bytes()[0] - self.rss) / 2**20,
+            "rss_growth_mb": (rss - self.rss) / 2**20,
         }
 
 
@@ -681,6 +693,133 @@ def work_d(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> D
     return out
 
 
+# --- L1-L3: a long-lived process tracing over and over -------------------------------------
+# RSS after gc.collect() every l_every traces; the growth rate is the least-squares slope of the
+# samples taken after the first l_warm traces (the allocator's and the caches' warm-up), in MB
+# per 1,000 traces. L1 make_fx, L2 aot_function, L3 torchdynamo aot_eager compiles of a fresh
+# function each (pip venvs only, as D1-D4), the compiled function dropped and
+# torchdynamo.reset() called between compiles.
+
+def slope_mb_per_1000(samples: Sequence[Tuple[int, int]]) -> Optional[float]:
+    """Least-squares slope of (traces, RSS bytes) samples, in MB per 1,000 traces."""
+    if len(samples) < 2:
+        return None
+    n = len(samples)
+    mean_x = sum(x for x, _ in samples) / n
+    mean_y = sum(y for _, y in samples) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in samples)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in samples)
+    return sxy / sxx / 2**20 * 1000
+
+
+def fx_cache_sizes() -> Dict[str, int]:
+    import linecache
+
+    import torch.fx.graph_module as graph_module
+
+    eval_cache = graph_module._loader.eval_cache
+    return {"eval_cache_entries": len(eval_cache),
+            "eval_cache_chars": sum(len(src) for src in eval_cache.values()),
+            "linecache_entries": len(linecache.cache)}
+
+
+def long_run(mode_cls: Any, trace: Callable[[], Any], sizes: Dict[str, int]) -> Dict[str, Any]:
+    refs = record_modes(mode_cls)
+    samples = [(0, rss_bytes()[0])]
+    before = fx_cache_sizes()
+    elapsed = 0.0
+    for done in range(1, sizes["l_traces"] + 1):
+        start = time.perf_counter()
+        trace()
+        elapsed += time.perf_counter() - start
+        if done % sizes["l_every"] == 0:
+            samples.append((done, rss_bytes()[0]))
+    for _ in range(2):  # fakes sharing TensorImpls go one level per collection
+        gc.collect()
+    after = fx_cache_sizes()
+    out: Dict[str, Any] = {
+        "ms_per_trace": elapsed * 1e3 / sizes["l_traces"],
+        "slope_mb_per_1000": slope_mb_per_1000([s for s in samples if s[0] >= sizes["l_warm"]]),
+        "rss_growth_mb": (samples[-1][1] - samples[0][1]) / 2**20,
+        "rss_samples_mb": ", ".join(f"{rss / 2**20:.0f}" for _, rss in samples),
+        "modes_traced": len(refs),
+        "modes_freed": len(refs) - live_count(refs),
+    }
+    out.update({key: after[key] - before[key] for key in after})
+    return out
+
+
+def work_l1(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    import warnings
+
+    import torchvision
+
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    trace = train_step_trace(torch, torchvision.models.resnet18(), 2, sizes["m_image"])
+    trace()  # warm-up: lazy imports, decomposition tables
+    return long_run(mode_cls, trace, sizes)
+
+
+def work_l2(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    import warnings
+
+    import torchvision
+    from functorch.compile import aot_function, nop
+    from torch.nn.utils import stateless
+
+    try:
+        from functorch._src import config
+        config.use_fake_tensor = True
+    except ImportError:  # torch 2.x (--vs-python): aot_function always traces with fake tensors
+        pass
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().eval()  # its aot_function takes no input mutation
+    names = [name for name, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    tensors = ([p.detach().requires_grad_() for p in model.parameters()]
+               + [b.detach().clone() for b in model.buffers()])
+    x = torch.randn(2, 3, sizes["d_image"], sizes["d_image"])
+    target = torch.randint(0, 1000, (2,))
+
+    def step(x: Any, target: Any, *ts: Any) -> Any:
+        out = stateless.functional_call(model, dict(zip(names, ts)), (x,))
+        return torch.nn.functional.cross_entropy(out, target)
+
+    def trace() -> None:  # a fresh aot_function per trace: its cache would trace only once
+        aot_function(step, nop, nop)(x, target, *tensors).backward()
+
+    trace()
+    return long_run(mode_cls, trace, sizes)
+
+
+def work_l3(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
+    import logging
+    import warnings
+
+    import torchdynamo
+    import torchvision
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("torchdynamo").setLevel(logging.ERROR)
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18()
+    x = torch.randn(2, 3, sizes["d_image"], sizes["d_image"])
+    target = torch.randint(0, 1000, (2,))
+
+    def trace() -> None:
+        def step(x: Any, target: Any) -> Any:  # a fresh function: a fresh compile
+            loss = torch.nn.functional.cross_entropy(model(x), target)
+            loss.backward()
+            return loss
+
+        torchdynamo.optimize("aot_eager")(step)(x, target)
+        torchdynamo.reset()
+
+    trace()
+    return long_run(mode_cls, trace, sizes)
+
+
 # --- Z1: the torchvision model zoo, one fake training-step trace per builder -----------------
 
 Z_FAMILIES = ("", "segmentation", "video", "optical_flow", "detection")
@@ -1114,6 +1253,9 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     **{name: (lambda torch, mode_cls, sizes, name=name: work_d(torch, mode_cls, sizes, name))
        for name in D_RUNS},
     "Z1": work_z,
+    "L1": work_l1,
+    "L2": work_l2,
+    "L3": work_l3,
     "F1": work_f1,
     "S1": work_s1,
     "S2": work_s2,
@@ -1121,7 +1263,24 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
 }
 
 
-def worker_main(workload: str, expect: str, quick: bool) -> None:
+def sizes_from_args(args: argparse.Namespace) -> Dict[str, int]:
+    sizes = dict(QUICK_SIZES if args.quick else FULL_SIZES)
+    if args.long:
+        sizes.update(LONG_SIZES)
+    if args.l_traces:
+        every = max(1, min(sizes["l_every"], args.l_traces // 4))
+        warm = max(every, min(sizes["l_warm"], args.l_traces // 4))
+        sizes.update(l_traces=args.l_traces, l_every=every, l_warm=warm)
+    return sizes
+
+
+def size_flags(args: argparse.Namespace) -> List[str]:
+    """The options a worker needs to compute the driver's sizes."""
+    return ((["--quick"] if args.quick else []) + (["--long"] if args.long else [])
+            + (["--l-traces", str(args.l_traces)] if args.l_traces else []))
+
+
+def worker_main(workload: str, expect: str, sizes: Dict[str, int]) -> None:
     """Run one workload and print its JSON; never returns (os._exit skips interpreter shutdown,
     which for a leaky runtime means running every pending finalizer: not what we measure)."""
     code = 0
@@ -1141,7 +1300,6 @@ def worker_main(workload: str, expect: str, quick: bool) -> None:
             import torch
             from torch._subclasses.fake_tensor import FakeTensorMode
 
-            sizes = QUICK_SIZES if quick else FULL_SIZES
             warm_up(FakeTensorMode, torch)
             metrics = WORKERS[workload](torch, FakeTensorMode, sizes)
             print(RESULT_PREFIX + json.dumps({"info": info, "metrics": metrics}), flush=True)
@@ -1196,7 +1354,7 @@ def check_runtime(runtime: Runtime) -> Optional[str]:
 
 
 def run_worker(
-    runtime: Runtime, workload: str, quick: bool
+    runtime: Runtime, workload: str, flags: List[str]
 ) -> Tuple[Optional[Dict[str, Any]], str]:
     env = dict(os.environ)
     for key, value in runtime.env.items():
@@ -1205,7 +1363,7 @@ def run_worker(
         else:
             env[key] = value
     argv = [runtime.python, str(Path(__file__).resolve()), "--worker", workload,
-            "--expect", runtime.expect] + (["--quick"] if quick else [])
+            "--expect", runtime.expect] + flags
     proc = subprocess.run(argv, env=env, text=True, capture_output=True, cwd=str(REPO))
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -1296,6 +1454,19 @@ D_ROWS: List[Tuple[str, str, str]] = [
     ("max_abs_error", "loss and grads vs eager, max abs error", "mem"),
 ]
 ROWS.update({name: D_ROWS for name in D_RUNS})
+L_ROWS: List[Tuple[str, str, str]] = [
+    ("slope_mb_per_1000", "RSS slope from trace {l_warm:,} on, MB per 1,000 traces (least squares)",
+     "mem"),
+    ("rss_samples_mb", "RSS after gc.collect(), at 0 and every {l_every:,} traces (MB)", "info"),
+    ("rss_growth_mb", "RSS growth, all {l_traces:,} traces (MB)", "mem"),
+    ("ms_per_trace", "ms per trace", "time"),
+    ("modes_freed", "FakeTensorModes freed after three gc.collect()", "count"),
+    ("modes_traced", "FakeTensorModes made", "count"),
+    ("eval_cache_entries", "torch.fx eval_cache entries added (after gc)", "count"),
+    ("eval_cache_chars", "... characters of generated source in them", "count"),
+    ("linecache_entries", "linecache entries added (after gc)", "count"),
+]
+ROWS.update({name: L_ROWS for name in ("L1", "L2", "L3")})
 ROWS["F1"] = [
     ("outcome", "result of the call", "info"),
     ("stand_ins_mb", "real zero stand-in (MB)", "info"),
@@ -1356,6 +1527,13 @@ TITLES = {
              "train step (cross-entropy, loss.backward()), batch 2, {d_image}x{d_image}, "
              "torchdynamo.reset() between compiles"
        for name, (model, backend) in D_RUNS.items()},
+    "L1": "L1 {l_traces:,} x make_fx fake in one process: torchvision resnet18 train step "
+          "(cross-entropy, loss.backward()), batch 2, {m_image}x{m_image}",
+    "L2": "L2 {l_traces:,} x functorch aot_function (use_fake_tensor=True, a fresh one each) in one "
+          "process: resnet18 (eval-mode BatchNorm) cross-entropy, forward and backward run, batch 2, "
+          "{d_image}x{d_image}",
+    "L3": "L3 {l_traces:,} x torchdynamo.optimize(\"aot_eager\") of a fresh function in one process: "
+          "resnet18 train step, batch 2, {d_image}x{d_image}, torchdynamo.reset() after each",
     "F1": "F1 fallback op returning a view of a {f1_elements:,}-element float32 input",
     "S1": "S1 threads sharing one mode, each converting the same {s1_tensors:,} tensors (views, "
           "dtype views, views of non-leaves, Parameters with grads) in its own order, "
@@ -1484,6 +1662,12 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
             ref = num(unp, "ms_per_compile")
             out["ms_per_compile"] = ("<= 0.6x unpatched", verdict(
                 None if ref is None else cmp("ms_per_compile", lambda v: v <= 0.6 * ref)))
+    if workload in ("L1", "L2", "L3"):
+        made = num(pat, "modes_traced")
+        out["modes_freed"] = ("all", verdict(cmp("modes_freed", lambda v: v == made)))
+        out["slope_mb_per_1000"] = ("<= 1 MB", verdict(cmp("slope_mb_per_1000", lambda v: v <= 1)))
+        for key in ("eval_cache_entries", "linecache_entries"):
+            out[key] = ("0", verdict(cmp(key, lambda v: v == 0)))
     if workload == "S1":
         for key, _, kind in ROWS["S1"]:
             if key.split(".")[1] in ("crashed", "exit", "errors", "wrong", "duplicates"):
@@ -1570,8 +1754,8 @@ def render_workload(
     rows = []
     for key, label, kind in ROWS[workload]:
         cells = [label.format(**sizes)] + [fmt(agg[n].get(key)) for n in names]
-        cells.append("" if kind == "info" else ratio(agg["patched"].get(key),
-                                                     agg["unpatched"].get(key)))
+        cells.append("" if kind == "info" else ratio(agg.get("patched", {}).get(key),
+                                                     agg.get("unpatched", {}).get(key)))
         cells += list(goals.get(key, ("", "")))
         rows.append(cells)
     counts = ", ".join(f"{n}: {len(results.get(n, []))}" for n in names)
@@ -1645,10 +1829,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="alternating repeats per runtime (default 2)")
     parser.add_argument("--quick", action="store_true", help="scaled-down counts (smoke run)")
     parser.add_argument("--workloads", type=parse_workloads,
-                        default=[w for w in WORKLOADS if w not in D_RUNS and w not in ("Z1", "S3")],
+                        default=[w for w in WORKLOADS if w not in NAMED_ONLY],
                         help="comma-separated subset of " + ",".join(WORKLOADS)
                         + " (default: all but D1-D4, which need the pip venv's torchdynamo, "
-                        "the model zoo Z1 and the crash stress S3, CPU-heavy)")
+                        "the model zoo Z1 and the crash stress S3, CPU-heavy, and the long runs "
+                        "L1-L3, up to an hour; L3 needs the pip venvs too)")
+    parser.add_argument("--long", action="store_true",
+                        help="L1 only, patched only, once: {:,} traces, slope from trace {:,}"
+                        .format(LONG_SIZES["l_traces"], LONG_SIZES["l_warm"]))
+    parser.add_argument("--l-traces", type=int,
+                        help="traces per L row and side (a shorter run: RSS sampled and the slope "
+                        "started at most every quarter of the run)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--python-unpatched", help="python of the unpatched runtime "
                         "(default <repo>/.venv/bin/python with PATCHSET_OVERLAY=0)")
@@ -1667,11 +1858,14 @@ def driver_main(args: argparse.Namespace) -> int:
         print("bench_memo: --repeats must be >= 1", file=sys.stderr)
         return 2
     runtimes = runtimes_from_args(args)
+    if args.long:
+        runtimes = [rt for rt in runtimes if rt.name == "patched"]
+        args.workloads, args.repeats = ["L1"], 1
     errors = [e for e in map(check_runtime, runtimes) if e]
     if errors:
         print("bench_memo: " + "\n".join(errors), file=sys.stderr)
         return 2
-    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    sizes = sizes_from_args(args)
     results: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
     seen: Dict[str, Dict[str, Any]] = {}  # latest runtime info per runtime
     versions: Dict[str, Dict[Tuple[str, ...], List[str]]] = {}  # module versions -> workers
@@ -1681,7 +1875,7 @@ def driver_main(args: argparse.Namespace) -> int:
         for rep in range(1, args.repeats + 1):
             for rt in runtimes:  # A B A B ...: drift of the machine hits both sides alike
                 start = time.monotonic()
-                result, log = run_worker(rt, workload, args.quick)
+                result, log = run_worker(rt, workload, size_flags(args))
                 took = time.monotonic() - start
                 status = "ok" if result else "FAILED"
                 print(f"[{workload} {rep}/{args.repeats}] {rt.name:9} {status} in {took:.1f} s",
@@ -1725,7 +1919,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         stress_child_main(argv[1:])  # does not return
     args = build_parser().parse_args(argv)
     if args.worker:
-        worker_main(args.worker, args.expect, args.quick)  # does not return
+        worker_main(args.worker, args.expect, sizes_from_args(args))  # does not return
     return driver_main(args)
 
 

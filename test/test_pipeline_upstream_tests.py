@@ -368,9 +368,11 @@ def table_counts(out: str, label: str) -> dict:
     return counts
 
 
-def test_meta_kernel_tests_of_the_series_pass_patched_and_fail_unpatched(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    # test_meta.py as the series leaves it, run by upstream-tests with the real project venv
+def series_selection_counts(tmp_path: Path, capsys: pytest.CaptureFixture,
+                            selection: "ut.Selection", helper_dir: str = "") -> dict:
+    """Run `selection` of its test file as the series leaves it (with `helper_dir`, upstream's
+    modules the file imports, from the cached checkout) through upstream-tests with the real
+    project venv; returns its table's counts after checking no patched regression."""
     from patchset_lib.common import find_project
     from patchset_lib.series import patched_result
 
@@ -379,10 +381,24 @@ def test_meta_kernel_tests_of_the_series_pass_patched_and_fail_unpatched(
     checkout = tmp_path / "checkout"
     (checkout / "test").mkdir(parents=True)
     result = patched_result(project, runner)
-    (checkout / "test" / "test_meta.py").write_bytes(result["test/test_meta.py"])
+    (checkout / selection.path).write_bytes(result[selection.path])
+    if helper_dir:
+        shutil.copytree(project.default_checkout / helper_dir, checkout / helper_dir)
+    assert ut.run_upstream_tests(project, runner, checkout, [selection]) == 0
+    return table_counts(capsys.readouterr().out, selection.label)
+
+
+def test_meta_kernel_tests_of_the_series_pass_patched_and_fail_unpatched(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     selection = ut.Selection("test/test_meta.py", ("-k", "TestMetaKernelsMatchCPU"))
-    code = ut.run_upstream_tests(project, runner, checkout, [selection])
-    counts = table_counts(capsys.readouterr().out, selection.label)
-    assert code == 0
+    counts = series_selection_counts(tmp_path, capsys, selection)
     assert counts["failed"][1] == 0 and counts["passed"][1] >= 100
     assert counts["failed"][0] > 0  # the kernels are what the series adds
+
+
+def test_fx_generated_source_tests_of_the_series_pass_patched_and_fail_unpatched(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    selection = ut.Selection("test/test_fx.py", ("-k", "TestGraphModuleGeneratedSource"))
+    counts = series_selection_counts(tmp_path, capsys, selection, helper_dir="test/fx")
+    assert counts["failed"][1] == 0 and counts["passed"][1] >= 5
+    assert counts["failed"][0] > 0  # freeing the source is what the series adds

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Dict, List
@@ -29,7 +30,9 @@ PROJECT = find_project(REPO)
 SERIES = read_series(PROJECT)
 TEST_FILES = (
     "test/test_fake_tensor.py", "test/test_weak.py", "test/test_meta.py", "test/test_proxy_tensor.py",
+    "test/test_fx.py",
 )
+HELPER_DIRS = {"test/test_fx.py": "test/fx"}  # upstream's modules a test file imports
 WHOLE_FILE = "test/test_fake_tensor.py"  # upstream's tests there take seconds: run them all
 
 
@@ -47,6 +50,14 @@ def added_classes(pristine: Dict[str, bytes], repo: Path, path: str) -> List[str
         return []
     before = defined_test_classes(pristine[path].decode()) if path in pristine else {}
     return [name for name in defined_test_classes((repo / path).read_text()) if name not in before]
+
+
+def copy_helper_dirs(repo: Path, targets: List[str]) -> None:
+    """Upstream's helper modules of the targeted test files, from the cached checkout."""
+    for path in {t.split("::")[0] for t in targets} & set(HELPER_DIRS):
+        source = PROJECT.default_checkout / HELPER_DIRS[path]
+        assert source.is_dir(), f"{source}: no cached checkout (run `patchset setup`)"
+        shutil.copytree(source, repo / HELPER_DIRS[path])
 
 
 def changed_torch_modules(runner: Runner, repo: Path, base: str) -> List[str]:
@@ -93,6 +104,7 @@ def test_first_k_patches_pass_their_tests(k: int, venv_with_hook: Path, runner: 
     assert loaded_files(env, [module_name(p) for p in changed]) == [str(repo / p) for p in changed]
     targets = [WHOLE_FILE] + [f"{path}::{name}" for path in TEST_FILES if path != WHOLE_FILE
                               for name in added_classes(pristine, repo, path)]
+    copy_helper_dirs(repo, targets)
     proc = subprocess.run(
         [str(venv_with_hook), "-m", "pytest", "-q", "-p", "no:cacheprovider",
          *[t[len("test/"):] for t in targets]],

@@ -2172,16 +2172,6 @@ class FallbackKernelValueOutputTest(TestCase):
         out = self._call(_fallback_ops.fresh, throw=True)
         self.assertIsInstance(out, FakeTensor)
 
-    def test_aten_equal_is_refused_under_throw_on_data_dependent_ops(self):
-        mode = FakeTensorMode(throw_on_data_dependent_ops=True)
-        x, y = mode.from_tensor(torch.randn(3)), mode.from_tensor(torch.randn(3))
-        with self.assertRaises(DataDependentOutputException):
-            with mode:
-                torch.equal(x, y)
-        mode.throw_on_data_dependent_ops = False
-        with mode:
-            self.assertIs(torch.equal(x, y), True)
-
 
 class FallbackKernelLifetimeTest(TestCase):
     """No real tensor the kernel saw or made outlives the call, the errors included."""
@@ -2304,6 +2294,9 @@ for _schema, _kernel in [
      lambda x, out: out.set_(torch.zeros(x.size(0)))),
     ("column_out_and_view(Tensor(a) x, *, Tensor(b!) out) -> Tensor(a)",
      lambda x, out: (out.resize_(x.size(0)), x[0])[1]),
+    ("transpose_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)", lambda x, out: out.t_()),
+    ("shift_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
+     lambda x, out: out.set_(out.storage(), 1, (2,), (1,))),
 ]:
     _metadata_lib.define(_schema)
     _metadata_lib.impl(_schema.split("(")[0], _kernel, "CPU")
@@ -2392,6 +2385,28 @@ class FallbackKernelMetadataChangeTest(TestCase):
             with mode:
                 _metadata_ops.new_storage_out(mode.from_tensor(torch.randn(4, 3)), out=fake_out)
         self.assertEqual(_geometry(fake_out), ((0,), (1,), 0))
+
+    @parametrize("name,make_out", [
+        ("transpose_out", lambda: torch.empty(3, 4)[:, ::2]),
+        ("shift_out", lambda: torch.empty(6)[3:]),
+    ])
+    def test_change_a_fake_layout_cannot_follow_is_refused(self, name, make_out):
+        mode = FakeTensorMode()
+        fake_out = mode.from_tensor(make_out())
+        before = _geometry(fake_out)
+        with self.assertRaisesRegex(NotImplementedError, "argument 'out'"):
+            with mode:
+                getattr(_metadata_ops, name)(mode.from_tensor(torch.randn(4, 3)), out=fake_out)
+        self.assertEqual(_geometry(fake_out), before)
+
+    def test_transpose_of_a_dense_out_is_mirrored_as_for_real(self):
+        real_out = torch.empty(3, 2)
+        _metadata_ops.transpose_out(torch.randn(4, 3), out=real_out)
+        mode = FakeTensorMode()
+        fake_out = mode.from_tensor(torch.empty(3, 2))
+        with mode:
+            _metadata_ops.transpose_out(mode.from_tensor(torch.randn(4, 3)), out=fake_out)
+        self.assertEqual(_geometry(fake_out), _geometry(real_out))
 
     def test_refused_call_leaves_written_arguments_unchanged(self):
         mode = FakeTensorMode()

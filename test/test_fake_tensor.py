@@ -3094,6 +3094,19 @@ class ConversionInsideConversionTest(TestCase):
         self.assertEqual(calls[0], x + 1)
         self.assertTrue(fake._is_view())
 
+    @parametrize("enabled", [True, False])
+    def test_gc_paused_while_making_the_view_and_restored(self, enabled):
+        # code gc runs would see FakeTensorMode in the middle of the view op's kernel
+        mode = FakeTensorMode()
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with self._inside_view_step(gc.isenabled) as calls:
+                mode.from_tensor(torch.randn(6, 5)[1:])
+            self.assertEqual(calls, [False])
+            self.assertEqual(gc.isenabled(), enabled)
+        finally:
+            gc.enable()
+
     def test_ops_inside_window_without_modes_run_for_real(self):
         mode = FakeTensorMode()
         x = torch.randn(3)

@@ -3000,6 +3000,37 @@ print(f"errors={sum(c[0] for c in counts)} wrong={sum(c[1] for c in counts)}")
 """
 
 
+# A thread switch inside the resolution of aten.as_strided's Python object during the first
+# view conversion, where another thread makes its first view conversion: deterministic.
+_SWITCH_IN_FIRST_DISPATCH = r"""
+import threading, torch, torch._ops
+from torch._subclasses.fake_tensor import FakeTensorMode
+mode = FakeTensorMode()
+original = torch._ops.OpOverloadPacket.__getattr__
+counts = {"errors": 0, "wrong": 0, "switched": 0}
+views = [torch.randn(4, 6)[1:], torch.randn(5, 4)[1:]]
+
+def convert(v):
+    try:
+        f = mode.from_tensor(v)
+        counts["wrong"] += (f.stride(), f.storage_offset()) != (v.stride(), v.storage_offset())
+    except Exception:
+        counts["errors"] += 1
+
+def resolving(self, key):
+    if self._qualified_op_name == "aten::as_strided" and not counts["switched"]:
+        counts["switched"] += 1
+        other = threading.Thread(target=convert, args=(views[1],))
+        other.start()
+        other.join()
+    return original(self, key)
+
+torch._ops.OpOverloadPacket.__getattr__ = resolving
+convert(views[0])
+print(" ".join(f"{k}={v}" for k, v in counts.items()))
+"""
+
+
 def _run_script(test, script, *argv):
     proc = subprocess.run([sys.executable, "-c", script, *map(str, argv)],
                           capture_output=True, text=True, timeout=900)
@@ -3184,6 +3215,12 @@ class ConversionThreadTest(TestCase):
     def test_make_fx_fake_traces_from_several_threads(self):
         counts = _run_script(self, _MAKE_FX_STRESS, 4, 10)
         self.assertEqual(counts, {"traces": "40", "errors": "0", "wrong": "0"})
+
+    def test_thread_switch_in_first_view_op_dispatch_keeps_conversions_correct(self):
+        # the converter resolves the Python objects of its view ops at import, so the first
+        # dispatch of as_strided to Python runs no Python code another thread could enter
+        counts = _run_script(self, _SWITCH_IN_FIRST_DISPATCH)
+        self.assertEqual(counts, {"errors": "0", "wrong": "0", "switched": "0"})
 
     def test_threads_making_the_first_conversions_of_each_kind_of_view(self):
         counts = _run_script(self, _FIRST_VIEW_CONVERSIONS_STRESS, 16)

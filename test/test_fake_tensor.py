@@ -2535,6 +2535,13 @@ class FakeViewConversionTest(TestCase):
         self.assertIsInstance(grad, FakeTensor)
         self.assertEqual(grad.shape, y.shape)
 
+    def test_sparse_non_leaf_fake_stays_a_leaf(self):
+        y = torch.randn(3, 3).to_sparse().requires_grad_() * 2
+        fy = FakeTensorMode().from_tensor(y)
+        self.assertTrue(fy.is_sparse)
+        self.assertTrue(fy.requires_grad)
+        self.assertTrue(fy.is_leaf)
+
     def test_view_of_non_leaf_is_view_of_its_fake_on_its_storage(self):
         y = torch.randn(3, 4, requires_grad=True) * 2
         v = y[1:]

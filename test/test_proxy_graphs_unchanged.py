@@ -1,10 +1,10 @@
 """The series moves make_fx's tracing state into the tracer: the traced graphs must not change;
 nor may its new Meta kernels change the graphs of training steps that used the fallback; its
-view conversion makes the fakes of view inputs autograd views (also when converted with a
-ShapeEnv, for tracing_mode="symbolic"): neither may their graphs, except where real execution
-differs (backward() through a view input fills its base's .grad; autograd.grad reaches a view
-input's base).  Symbolic traces with view inputs call the ops of the fake trace of the same
-function.
+view conversion makes the fakes of view inputs autograd views of their base's fake (converted
+with a ShapeEnv, for tracing_mode="symbolic", they stay 1.13.1's leaf fakes): neither may their
+graphs change, except where real execution differs (backward() through a view input fills its
+base's .grad, through as_strided's backward as in later torch; autograd.grad reaches a view
+input's base).
 
 Each trace below runs in two subprocesses of the project venv, unpatched (PATCHSET_OVERLAY=0)
 and patched, and the generated code (`gm.code`) of every graph must be the same text. The
@@ -165,10 +165,9 @@ TRACES = textwrap.dedent('''
 
     codes["model-nn-mix"] = train_step_of(Mix())(torch.randn(2, 3, 6, 6), torch.randint(0, 5, (2,)))
 
-    # symbolic traces with view inputs: backward() through a view input, mutations through a
-    # base and its view passed together, autograd.grad to the base of a view input.  Their
-    # graphs must hold the fake trace's ops (the symbolic one adds sym_size & co); unpatched
-    # symbolic tracing gives leaf fakes for views and fails on the first and last.
+    # traces with view inputs: backward() through a view input, mutations through a base and
+    # its view passed together, autograd.grad to the base of a view input.  Symbolic tracing
+    # gives leaf fakes for views (as 1.13.1) and fails on the first and last.
     def traced_or_error(name, fn, mode, *args):
         try:
             with warnings.catch_warnings():
@@ -230,22 +229,26 @@ def test_sides_load_different_proxy_tensor_modules(both: Dict[str, Dict[str, Any
     assert "/torch_overlay/" in both["patched"]["proxy_tensor"]
 
 
-# what unpatched 1.13.1 cannot trace: symbolic tracing converts views to leaf fakes, so
+# what symbolic tracing cannot trace, patched or not: it converts views to leaf fakes, so
 # backward() through a view input fails, and autograd.grad finds no path from a view input to
-# its base (in fake mode too, before the fakes of views were autograd views)
-UNPATCHED_FAILS = {
+# its base (unpatched in fake mode too: its fakes of views are leaves)
+LEAF_VIEW_FAILS = {
     "symview-backward-symbolic": "RuntimeError: Cannot call strides() on tensor with symbolic",
-    "symview-gradtobase-fake": "RuntimeError: One of the differentiated Tensors appears to not",
     "symview-gradtobase-symbolic": "RuntimeError: One of the differentiated Tensors appears to not",
 }
+UNPATCHED_FAILS = {
+    **LEAF_VIEW_FAILS,
+    "symview-gradtobase-fake": "RuntimeError: One of the differentiated Tensors appears to not",
+}
+FAILS = {"unpatched": UNPATCHED_FAILS, "patched": LEAF_VIEW_FAILS}
 
 
 def test_every_trace_made_a_graph(both: Dict[str, Dict[str, Any]]) -> None:
     for label, side in both.items():
         assert len(side["codes"]) == 30
         for name, code in side["codes"].items():
-            if label == "unpatched" and name in UNPATCHED_FAILS:
-                assert code.startswith("error: " + UNPATCHED_FAILS[name]), code
+            if name in FAILS[label]:
+                assert code.startswith("error: " + FAILS[label][name]), code
             else:
                 assert "def forward" in code, (label, name, code)
 
@@ -259,12 +262,10 @@ def aten_calls(code: str) -> list:
     return [c for c in calls if c not in SYMBOLIC_ONLY]
 
 
-# The backward of a view input's fake: in fake mode the real view's (its view ops replayed on
-# the base's fake, here t and slice), in symbolic mode as_strided's (the view is made by
-# as_strided with the input's own symbols; replaying the view ops on the base's fake would give
-# it the base's sizes instead).  This is the one difference between the two traces.
-VIEW_KIND_BACKWARD = {"backward": ["t.default", "slice_backward.default"],
-                      "gradtobase": ["slice_backward.default"], "mutation": []}
+# The backward of a view input's fake is as_strided's (the fake of a view is made by as_strided
+# on its base's fake, as in later torch) where real execution runs the view ops' (t, slice):
+# the one graph of this file that changes.
+VIEW_KIND_BACKWARD = ["t.default", "slice_backward.default"]
 AS_STRIDED_BACKWARD = ["new_empty.default", "zero_.default", "as_strided.default",
                        "copy_.default", "as_strided.default"]
 
@@ -276,32 +277,15 @@ def replaced(calls: list, old: list, new: list) -> list:
     return calls
 
 
-@pytest.mark.parametrize("kind", ["backward", "mutation", "gradtobase"])
-def test_symbolic_trace_with_view_inputs_calls_the_fake_trace_ops(
-        both: Dict[str, Dict[str, Any]], kind: str) -> None:
-    codes = both["patched"]["codes"]
-    fake = aten_calls(codes["symview-" + kind + "-fake"])
-    symbolic = aten_calls(codes["symview-" + kind + "-symbolic"])
-    assert fake and symbolic == replaced(fake, VIEW_KIND_BACKWARD[kind], AS_STRIDED_BACKWARD), (
-        fake, symbolic)
-    assert returned(codes["symview-" + kind + "-symbolic"]).count(",") == \
-        returned(codes["symview-" + kind + "-fake"]).count(",")
-
-
-def test_fake_backward_through_view_input_runs_the_real_view_backward(
+def test_fake_backward_through_view_input_runs_as_strided_backward(
         both: Dict[str, Dict[str, Any]]) -> None:
+    # the rest follows from it: AccumulateGrad copies the base's grad, a view of a new tensor
     real = aten_calls(both["patched"]["codes"]["viewbackward-real"])
     fake = aten_calls(both["patched"]["codes"]["viewbackward-fake"])
-    assert replaced(real, VIEW_KIND_BACKWARD["backward"], []) != real
-    assert replaced(fake, VIEW_KIND_BACKWARD["backward"], []) != fake
-    assert "as_strided.default" not in fake
-
-
-def test_symbolic_backward_through_view_input_reaches_its_base_as_real(
-        both: Dict[str, Dict[str, Any]]) -> None:
-    # as in fake mode (see below): the view input's grad stays None, its base's is returned
-    assert returned(both["patched"]["codes"]["symview-backward-symbolic"]).startswith(
-        "return [None, ")
+    assert replaced(real, VIEW_KIND_BACKWARD, []) != real
+    assert "as_strided.default" not in real
+    assert replaced(fake, AS_STRIDED_BACKWARD, []) != fake
+    assert replaced(fake, VIEW_KIND_BACKWARD, []) == fake
 
 
 @pytest.mark.parametrize("name", [
@@ -311,6 +295,7 @@ def test_symbolic_backward_through_view_input_reaches_its_base_as_real(
     "viewinput-gradbase-symbolic", "model-resnet18", "model-mobilenet_v2", "model-nn-mix",
 
     "viewinput-gradbase-symbolic", "symview-mutation-fake", "symview-mutation-symbolic",
+    "symview-backward-symbolic", "symview-gradtobase-symbolic",
 ])
 def test_traced_code_is_unchanged(both: Dict[str, Dict[str, Any]], name: str) -> None:
     assert both["patched"]["codes"][name] == both["unpatched"]["codes"][name]

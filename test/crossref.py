@@ -24,10 +24,10 @@ FakeTensorMode(allow_fallback_kernels=True).  Each (op, variant, sample) is clas
   skipped          the real run raises, or the inputs cannot be faked
 and marked when it reached the fallback kernel, and when the fake inputs already differed from
 the real ones before the op ran (a conversion difference, not the op's).
-The "symbolic" variant runs the functional form on inputs that are views (each tensor input
-replaced by an as_strided view of itself with its own layout), converted with a ShapeEnv and
+The "symbolic" variant runs the functional form on the inputs converted with a ShapeEnv and
 run under the python dispatcher, as make_fx(..., tracing_mode="symbolic") does (fallback kernels
-off, as there); symbolic sizes are compared by their values.
+off, as there); symbolic sizes are compared by their values. (Its inputs are not made views: a
+view converted with a ShapeEnv gets a leaf fake with the view's layout, patched or not.)
 The "backward" variant (--backward, not in the default selection) takes the samples of ops that
 support autograd with requires_grad=True and compares `autograd.grad` of every output that
 requires grad (ones as grad_outputs) real vs fake: each gradient's dtype, shape, stride, offset,
@@ -103,15 +103,6 @@ def concrete(xs: Any) -> Any:
         return x
 
     return [value(x) for x in xs] if isinstance(xs, (list, tuple)) else value(xs)
-
-
-def as_view(t: Any) -> Any:
-    """A view of t with t's layout and data (a real view input)."""
-    import torch
-
-    if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_sparse:
-        return t.as_strided(t.size(), t.stride(), t.storage_offset())
-    return t
 
 
 def describe(t: Any, inputs: Sequence[Any], names: Optional[Sequence[str]] = None) -> Any:
@@ -348,7 +339,6 @@ def run_case(op: Any, variant: str, sample_index: int, sample: Any, fallback: "F
             from torch._dispatch.python import enable_python_dispatcher
             from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-            sample = sample.transform(as_view)
             shape_env = ShapeEnv()
             mode = FakeTensorMode(allow_fallback_kernels=False)
             dispatcher = enable_python_dispatcher()

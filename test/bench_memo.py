@@ -11,11 +11,14 @@ D1-D4 compile a torchvision training step (resnet18, mobilenet_v2) with torchdyn
 aot_eager and inductor backends N times, torchdynamo.reset() between compiles, as a user
 compiling in a loop does (torchdynamo is in the pip venv only: `setup --pip`).
 
-L1-L3 are a long-lived process tracing over and over: 2,000 make_fx (L1), aot_function (L2) or
+L1-L3 are a long-lived process tracing over and over: make_fx (L1), aot_function (L2) or
 torchdynamo aot_eager (L3, pip venvs) traces of a resnet18 training step in one worker, RSS after
-gc.collect() every 500 traces, and the least-squares slope of the samples after warm-up in MB per
-1,000 traces, with the torch.fx generated-source cache and linecache entries the traces leave.
-`--long` runs L1 patched only over 10,000 traces; `--l-traces N` runs a shorter L row.
+gc.collect() every quarter of the run (at most every 500 traces), and the least-squares slope of
+the samples after warm-up in MB per 1,000 traces, with the torch.fx generated-source cache and
+linecache entries the traces leave. The patched side runs 2,000 traces (L3: 500 compiles); the
+other sides, whose every trace keeps its mode and sources, fewer (100; L3: 20), enough for their
+slope and time per trace. `--long` runs L1 patched only over 10,000 traces; `--l-traces N` runs
+N traces on every side.
 
 Z1 is the model zoo: a fake training-step trace of every torchvision model builder
 (classification, segmentation, video, optical flow, detection), small inputs, the model's own
@@ -93,14 +96,18 @@ FULL_SIZES: Dict[str, int] = {
     "s2_inner": 3000,
     "s3_runs": 50,
     "s3_rounds": 300,
-    "l_traces": 2000,
-    "l_every": 500,
+    "l_traces": 2000,  # L1, L2: the patched side; the other sides run l_traces_other
+    "l_traces_other": 100,
+    "l3_traces": 500,
+    "l3_traces_other": 20,
+    "l_every": 500,  # at most: a row samples every quarter of its traces
     "l_warm": 500,
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
     r1_traces=20, r_traces=10, m_traces=2, d_compiles=2, z_quick=1, f1_elements=5_000_000,
-    s1_rounds=3, s3_runs=3, l_traces=20, l_every=5, l_warm=5,
+    s1_rounds=3, s3_runs=3, l_traces=20, l_traces_other=20, l3_traces=20, l3_traces_other=20,
+    l_every=5, l_warm=5,
 )
 LONG_SIZES: Dict[str, int] = {"l_traces": 10_000, "l_every": 500, "l_warm": 1000}
 STRESS_PREFIX = "STRESS_RESULT "
@@ -694,11 +701,11 @@ def work_d(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> D
 
 
 # --- L1-L3: a long-lived process tracing over and over -------------------------------------
-# RSS after gc.collect() every l_every traces; the growth rate is the least-squares slope of the
-# samples taken after the first l_warm traces (the allocator's and the caches' warm-up), in MB
-# per 1,000 traces. L1 make_fx, L2 aot_function, L3 torchdynamo aot_eager compiles of a fresh
-# function each (pip venvs only, as D1-D4), the compiled function dropped and
-# torchdynamo.reset() called between compiles.
+# RSS after gc.collect() every quarter of the run (at most every l_every traces); the growth rate
+# is the least-squares slope of the samples taken after the warm-up (the allocator's and the
+# caches'; at most l_warm traces), in MB per 1,000 traces. L1 make_fx, L2 aot_function, L3
+# torchdynamo aot_eager compiles of a fresh function each (pip venvs only, as D1-D4), the compiled
+# function dropped and torchdynamo.reset() called between compiles.
 
 def slope_mb_per_1000(samples: Sequence[Tuple[int, int]]) -> Optional[float]:
     """Least-squares slope of (traces, RSS bytes) samples, in MB per 1,000 traces."""
@@ -713,39 +720,57 @@ def slope_mb_per_1000(samples: Sequence[Tuple[int, int]]) -> Optional[float]:
 
 
 def fx_cache_sizes() -> Dict[str, int]:
+    """Entries of torch.fx's source cache and linecache, apart from those of freed code that the
+    patched loader drops at its next cache() call (queued_entries)."""
     import linecache
 
     import torch.fx.graph_module as graph_module
 
-    eval_cache = graph_module._loader.eval_cache
-    return {"eval_cache_entries": len(eval_cache),
-            "eval_cache_chars": sum(len(src) for src in eval_cache.values()),
-            "linecache_entries": len(linecache.cache)}
+    loader = graph_module._loader
+    queued = set(getattr(loader, "freed_keys", ())) & set(loader.eval_cache)
+    kept = {key: src for key, src in loader.eval_cache.items() if key not in queued}
+    return {"eval_cache_entries": len(kept),
+            "eval_cache_chars": sum(len(src) for src in kept.values()),
+            "linecache_entries": len(set(linecache.cache) - queued),
+            "queued_entries": len(queued)}
+
+
+def l_schedule(workload: str, side: str, sizes: Dict[str, int]) -> Dict[str, int]:
+    """Traces, sampling interval and warm-up of one side of an L row."""
+    prefix = "l3" if workload == "L3" else "l"
+    traces = sizes[f"{prefix}_traces" if side == "patched" else f"{prefix}_traces_other"]
+    every = max(1, min(sizes["l_every"], traces // 4))
+    return {"traces": traces, "every": every, "warm": max(every, min(sizes["l_warm"], traces // 4))}
 
 
 def long_run(mode_cls: Any, trace: Callable[[], Any], sizes: Dict[str, int]) -> Dict[str, Any]:
+    run = sizes["l_run"]
     refs = record_modes(mode_cls)
     samples = [(0, rss_bytes()[0])]
     before = fx_cache_sizes()
     elapsed = 0.0
-    for done in range(1, sizes["l_traces"] + 1):
+    for done in range(1, run["traces"] + 1):
         start = time.perf_counter()
         trace()
         elapsed += time.perf_counter() - start
-        if done % sizes["l_every"] == 0:
+        if done % run["every"] == 0:
             samples.append((done, rss_bytes()[0]))
     for _ in range(2):  # fakes sharing TensorImpls go one level per collection
         gc.collect()
     after = fx_cache_sizes()
     out: Dict[str, Any] = {
-        "ms_per_trace": elapsed * 1e3 / sizes["l_traces"],
-        "slope_mb_per_1000": slope_mb_per_1000([s for s in samples if s[0] >= sizes["l_warm"]]),
+        "traces": run["traces"],
+        "sampled_every": run["every"],
+        "slope_from": run["warm"],
+        "ms_per_trace": elapsed * 1e3 / run["traces"],
+        "slope_mb_per_1000": slope_mb_per_1000([s for s in samples if s[0] >= run["warm"]]),
         "rss_growth_mb": (samples[-1][1] - samples[0][1]) / 2**20,
         "rss_samples_mb": ", ".join(f"{rss / 2**20:.0f}" for _, rss in samples),
         "modes_traced": len(refs),
         "modes_freed": len(refs) - live_count(refs),
     }
     out.update({key: after[key] - before[key] for key in after})
+    out["queued_entries"] = after["queued_entries"]
     return out
 
 
@@ -1268,9 +1293,8 @@ def sizes_from_args(args: argparse.Namespace) -> Dict[str, int]:
     if args.long:
         sizes.update(LONG_SIZES)
     if args.l_traces:
-        every = max(1, min(sizes["l_every"], args.l_traces // 4))
-        warm = max(every, min(sizes["l_warm"], args.l_traces // 4))
-        sizes.update(l_traces=args.l_traces, l_every=every, l_warm=warm)
+        sizes.update(l_traces=args.l_traces, l_traces_other=args.l_traces,
+                     l3_traces=args.l_traces, l3_traces_other=args.l_traces)
     return sizes
 
 
@@ -1280,7 +1304,7 @@ def size_flags(args: argparse.Namespace) -> List[str]:
             + (["--l-traces", str(args.l_traces)] if args.l_traces else []))
 
 
-def worker_main(workload: str, expect: str, sizes: Dict[str, int]) -> None:
+def worker_main(workload: str, expect: str, sizes: Dict[str, Any]) -> None:
     """Run one workload and print its JSON; never returns (os._exit skips interpreter shutdown,
     which for a leaky runtime means running every pending finalizer: not what we measure)."""
     code = 0
@@ -1363,7 +1387,7 @@ def run_worker(
         else:
             env[key] = value
     argv = [runtime.python, str(Path(__file__).resolve()), "--worker", workload,
-            "--expect", runtime.expect] + flags
+            "--expect", runtime.expect, "--side", runtime.name] + flags
     proc = subprocess.run(argv, env=env, text=True, capture_output=True, cwd=str(REPO))
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -1455,16 +1479,21 @@ D_ROWS: List[Tuple[str, str, str]] = [
 ]
 ROWS.update({name: D_ROWS for name in D_RUNS})
 L_ROWS: List[Tuple[str, str, str]] = [
-    ("slope_mb_per_1000", "RSS slope from trace {l_warm:,} on, MB per 1,000 traces (least squares)",
+    ("traces", "traces in the process", "info"),
+    ("slope_mb_per_1000", "RSS slope after the warm-up, MB per 1,000 traces (least squares)",
      "mem"),
-    ("rss_samples_mb", "RSS after gc.collect(), at 0 and every {l_every:,} traces (MB)", "info"),
-    ("rss_growth_mb", "RSS growth, all {l_traces:,} traces (MB)", "mem"),
-    ("ms_per_trace", "ms per trace", "time"),
+    ("slope_from", "... warm-up: slope from trace", "info"),
+    ("rss_samples_mb", "RSS after gc.collect(), at 0 and at every sample (MB)", "info"),
+    ("sampled_every", "... sampled every N traces", "info"),
+    ("rss_growth_mb", "RSS growth, all traces (MB)", "info"),
+    ("ms_per_trace", "ms per trace (mean over the run)", "time"),
     ("modes_freed", "FakeTensorModes freed after three gc.collect()", "count"),
-    ("modes_traced", "FakeTensorModes made", "count"),
+    ("modes_traced", "FakeTensorModes made", "info"),
     ("eval_cache_entries", "torch.fx eval_cache entries added (after gc)", "count"),
     ("eval_cache_chars", "... characters of generated source in them", "count"),
     ("linecache_entries", "linecache entries added (after gc)", "count"),
+    ("queued_entries", "... not counted: entries of freed code, dropped at the next compile",
+     "info"),
 ]
 ROWS.update({name: L_ROWS for name in ("L1", "L2", "L3")})
 ROWS["F1"] = [
@@ -1527,12 +1556,14 @@ TITLES = {
              "train step (cross-entropy, loss.backward()), batch 2, {d_image}x{d_image}, "
              "torchdynamo.reset() between compiles"
        for name, (model, backend) in D_RUNS.items()},
-    "L1": "L1 {l_traces:,} x make_fx fake in one process: torchvision resnet18 train step "
-          "(cross-entropy, loss.backward()), batch 2, {m_image}x{m_image}",
-    "L2": "L2 {l_traces:,} x functorch aot_function (use_fake_tensor=True, a fresh one each) in one "
-          "process: resnet18 (eval-mode BatchNorm) cross-entropy, forward and backward run, batch 2, "
-          "{d_image}x{d_image}",
-    "L3": "L3 {l_traces:,} x torchdynamo.optimize(\"aot_eager\") of a fresh function in one process: "
+    "L1": "L1 make_fx fake, over and over in one process (traces per side: first row): "
+          "torchvision resnet18 train step (cross-entropy, loss.backward()), batch 2, "
+          "{m_image}x{m_image}",
+    "L2": "L2 functorch aot_function (use_fake_tensor=True, a fresh one each), over and over in one "
+          "process (traces per side: first row): resnet18 (eval-mode BatchNorm) cross-entropy, "
+          "forward and backward run, batch 2, {d_image}x{d_image}",
+    "L3": "L3 torchdynamo.optimize(\"aot_eager\") of a fresh function, over and over in one process "
+          "(compiles per side: first row): "
           "resnet18 train step, batch 2, {d_image}x{d_image}, torchdynamo.reset() after each",
     "F1": "F1 fallback op returning a view of a {f1_elements:,}-element float32 input",
     "S1": "S1 threads sharing one mode, each converting the same {s1_tensors:,} tensors (views, "
@@ -1838,8 +1869,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="L1 only, patched only, once: {:,} traces, slope from trace {:,}"
                         .format(LONG_SIZES["l_traces"], LONG_SIZES["l_warm"]))
     parser.add_argument("--l-traces", type=int,
-                        help="traces per L row and side (a shorter run: RSS sampled and the slope "
-                        "started at most every quarter of the run)")
+                        help="traces per L row on every side instead of the defaults ({:,} patched "
+                        "and {:,} on the other sides; L3 {:,} and {:,})".format(
+                            FULL_SIZES["l_traces"], FULL_SIZES["l_traces_other"],
+                            FULL_SIZES["l3_traces"], FULL_SIZES["l3_traces_other"]))
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--python-unpatched", help="python of the unpatched runtime "
                         "(default <repo>/.venv/bin/python with PATCHSET_OVERLAY=0)")
@@ -1848,6 +1881,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vs-python",
                         help="a third runtime to compare with, e.g. a torch 2.x venv's python")
     parser.add_argument("--worker", choices=WORKLOADS, help=argparse.SUPPRESS)
+    parser.add_argument("--side", default="patched", help=argparse.SUPPRESS)
     parser.add_argument("--expect", choices=("system", "overlay", "any"), default="any",
                         help=argparse.SUPPRESS)
     return parser
@@ -1919,7 +1953,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         stress_child_main(argv[1:])  # does not return
     args = build_parser().parse_args(argv)
     if args.worker:
-        worker_main(args.worker, args.expect, sizes_from_args(args))  # does not return
+        sizes: Dict[str, Any] = sizes_from_args(args)
+        sizes["l_run"] = l_schedule(args.worker, args.side, sizes)
+        worker_main(args.worker, args.expect, sizes)  # does not return
     return driver_main(args)
 
 

@@ -80,12 +80,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comma-separated subset of R1,R2,R3,R4,R5,M1,M2,M3,D1,D2,D3,D4,Z1,W1,W2,"
                              "W3,W3v,W4,F1,S1,S2,S3,L1,L2,L3 (default: all but D1-D4, torchdynamo "
                              "compiles that need pip venvs: --python-unpatched/--python-patched, Z1, "
-                             "the torchvision model zoo, S3, the crash stress, and L1-L3, 2,000 "
-                             "traces per side in one process; L3 needs the pip venvs)")
+                             "the torchvision model zoo, S3, the crash stress, and L1-L3, one "
+                             "process tracing over and over: 2,000 patched traces and 100 on the "
+                             "other sides, L3 500 and 20; L3 needs the pip venvs)")
     parser.add_argument("--long", action="store_true",
                         help="L1 only: 10,000 patched make_fx traces in one process, once")
     parser.add_argument("--l-traces", type=int, metavar="N",
-                        help="traces per L row and side instead of 2,000 (a shorter run)")
+                        help="traces per L row on every side instead of the defaults")
     parser.add_argument("--json", help="also write the raw results to this file")
     parser.add_argument("--python-unpatched", help="python of the unpatched runtime")
     parser.add_argument("--python-patched", help="python of the patched runtime")

@@ -2471,6 +2471,115 @@ class KernelInvocationThreadTest(TestCase):
             other.join()
 
 
+# Threads whose first device queries of fakes in a fresh process, made under
+# the mode, all start at once.
+_FIRST_DEVICE_QUERIES = r"""
+import sys, threading, torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+n_threads = int(sys.argv[1])
+sys.setswitchinterval(1e-6)
+mode = FakeTensorMode()
+fakes = [mode.from_tensor(torch.randn(4)) for _ in range(n_threads)]
+start = threading.Barrier(n_threads)
+counts = {"errors": 0, "wrong": 0}
+
+def query(fake):
+    start.wait()
+    try:
+        with mode:
+            devices = [fake.device, torch.ones_like(fake).device]
+        devices += [fake.device, torch.ones_like(fake).device]
+        counts["wrong"] += sum(d != torch.device("cpu") for d in devices)
+    except Exception:
+        counts["errors"] += 1
+
+threads = [threading.Thread(target=query, args=(f,)) for f in fakes]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+print(" ".join(f"{k}={v}" for k, v in counts.items()))
+"""
+
+# A device query under the mode whose lookup of prim.device, if torch.ops makes
+# one, another thread's lookup overtakes: the other object ends up cached.
+_OVERTAKEN_DEVICE_QUERY = r"""
+import threading, torch, torch._ops
+from torch._subclasses.fake_tensor import FakeTensorMode
+mode = FakeTensorMode()
+fake = mode.from_tensor(torch.randn(2))
+original = torch._ops.OpOverloadPacket.__getattr__
+counts = {"errors": 0, "wrong": 0, "overtaken": 0}
+
+def resolving(self, key):
+    made = original(self, key)
+    if self._qualified_op_name == "prim::device" and not counts["overtaken"]:
+        counts["overtaken"] += 1
+        delattr(self, key)
+        other = threading.Thread(target=original, args=(self, key))
+        other.start()
+        other.join()
+    return made
+
+torch._ops.OpOverloadPacket.__getattr__ = resolving
+try:
+    with mode:
+        counts["wrong"] += fake.device != torch.device("cpu")
+except Exception:
+    counts["errors"] += 1
+print(" ".join(f"{k}={v}" for k, v in counts.items()))
+"""
+
+# The torch.ops names fake dispatch looks up for the first time: device queries
+# of a fake and a tensor literal under the mode.
+_FAKE_DISPATCH_LOOKUPS = r"""
+import torch
+from torch._ops import OpOverloadPacket, _OpNamespace, _Ops
+from torch._subclasses.fake_tensor import FakeTensorMode
+mode = FakeTensorMode()
+fake = mode.from_tensor(torch.randn(2))
+first_lookups = []
+
+def recorded(lookup):
+    def __getattr__(self, name):
+        first_lookups.append(name)
+        return lookup(self, name)
+    return __getattr__
+
+for cls in (_Ops, _OpNamespace, OpOverloadPacket):
+    cls.__getattr__ = recorded(cls.__getattr__)
+fake.device
+with mode:
+    fake.device
+    torch.tensor([1.0, 2.0])
+print(first_lookups)
+"""
+
+
+def _run_fresh(test, script, *argv):
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, argv)],
+                          capture_output=True, text=True, timeout=120)
+    test.assertEqual(proc.returncode, 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+class OverloadLookupThreadTest(TestCase):
+    """The overloads fake dispatch recognizes are resolved before any thread
+    can race on their first lookup, so device queries get fake devices."""
+
+    def test_fake_dispatch_looks_up_no_overload_for_the_first_time(self):
+        self.assertEqual(_run_fresh(self, _FAKE_DISPATCH_LOOKUPS), "[]\n")
+
+    def test_overtaken_device_query_gets_fake_device(self):
+        out = _run_fresh(self, _OVERTAKEN_DEVICE_QUERY)
+        self.assertEqual(out, "errors=0 wrong=0 overtaken=0\n")
+
+    def test_threads_first_device_queries_get_fake_devices(self):
+        for _ in range(3):
+            out = _run_fresh(self, _FIRST_DEVICE_QUERIES, 16)
+            self.assertEqual(out, "errors=0 wrong=0\n")
+
+
 def _version_moves(out, x, mode=None):
     """Whether an in-place op on x's base (x itself when no view) bumps out's version."""
     before = out._version

@@ -37,11 +37,6 @@ NONLEAF_AUTOGRAD = ("0011: the fake of a non-leaf is a non-leaf, so it behaves a
 KERNEL_INVOCATION = ("0009: `in_kernel_invocation` is per thread, a property over the "
                      "`_kernel_invocation` threading.local the mode holds (reading and setting it "
                      "work as in 1.13.1: case mode.in_kernel_invocation)")
-PICKLE = ("pickling a fake pickles its mode: 1.13.1 refuses by accident of its converter's "
-          "WeakValueDictionary (AttributeError: Can't pickle local object ...), the series' "
-          "memo by pickle's refusal of its entries (TypeError: cannot pickle '_Entry' object); "
-          "both refuse, neither is a designed refusal")
-
 PYTHON_OWNER = ("0003: a fake the converter memoizes holds `_python_owner` in its __dict__ (a "
                 "weak reference to its real tensor that refers to the fake), so it stays owned by "
                 "Python while the memo can hand it out; copies leave it out")
@@ -69,9 +64,6 @@ DELIBERATE: Dict[str, str] = {
     **each(KERNEL_INVOCATION, "mode.vars", "mode.dir"),
     **each(PYTHON_OWNER, *(f"{case}[{kind}]" for case in ("vars", "__dict__.setattr", "dir")
                            for kind in MEMOIZED_KINDS)),
-    **each(PICKLE, "pickle.dumps[plain]", "pickle.dumps[param]", "pickle.dumps[grad]",
-           "pickle.dumps[nonleaf]", "torch.save[plain]", "torch.save[param]", "torch.save[view]",
-           "torch.save[grad]", "torch.save[nonleaf]", "module.pickle.dumps", "module.torch.save"),
 }
 
 # deliberate differences confined to these fields of the description: the rest must be the same

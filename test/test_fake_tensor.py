@@ -3344,11 +3344,11 @@ class ConversionThreadTest(TestCase):
             p = torch.nn.Parameter(torch.randn(4, 6))
             p.grad = x = torch.randn(4, 6)
             holder = mode.from_tensor(p)
-        entry = mode.fake_tensor_converter.tensor_memo.data[id(x)]
+        memo = mode.fake_tensor_converter.tensor_memo
         gc.collect()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            taken = entry.value()  # what a memo hit starts with
+            taken = memo.get(x)  # what a memo hit starts with
             del holder
             self.assertEqual(taken.shape, x.shape)
             self.assertEqual(taken.fake_device, x.device)

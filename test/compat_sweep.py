@@ -30,6 +30,8 @@ type(), is_tensor, item (also with throw_on_data_dependent_ops), tolist, numpy, 
 float(), to(float64/"cpu"/"meta"), cpu(), clone (outside and inside the mode), contiguous,
 new_empty/new_zeros/new_ones/new_full/new_tensor and empty_like/zeros_like (outside and inside
 the mode), ops outside the mode and with real tensors, from_tensor again and by another mode.
+Names 1.13.1 had that the series no longer uses: WeakTensorRefKey,
+MetaConverter.maybe_storages_to_delete, proxy_tensor.proxy_slot, FakeTensorConverter.set_tensor_memo.
 Modes: copy.copy, copy.deepcopy (alone, with a fake), pickle, repr, hash, weakref (and freed),
 vars, dir, isinstance, in_kernel_invocation, `with` returning the mode, entering a mode twice,
 nested distinct modes, fakes of two modes mixed, exit, re-entry, an exception inside.
@@ -694,6 +696,40 @@ def _():
         with mode:
             raise ValueError
     return describe(torch.empty(2), mode=mode)
+
+
+# ---- names 1.13.1 had ----------------------------------------------------------------------------
+
+@case("names.WeakTensorRefKey")
+def _():
+    from torch._subclasses import fake_tensor, meta_utils
+    t = torch.randn(2)
+    key = meta_utils.WeakTensorRefKey(t)
+    return {"same_class": fake_tensor.WeakTensorRefKey is meta_utils.WeakTensorRefKey,
+            "ten": key.ten() is t, "hash": hash(key) == id(t),
+            "eq": key == meta_utils.WeakTensorRefKey(t)}
+
+
+@case("names.MetaConverter.maybe_storages_to_delete")
+def _():
+    from torch._subclasses.meta_utils import MetaConverter
+    return MetaConverter().maybe_storages_to_delete
+
+
+@case("names.proxy_tensor.proxy_slot")
+def _():
+    from torch.fx.experimental import proxy_tensor
+    return type(proxy_tensor.proxy_slot).__name__
+
+
+@case("names.FakeTensorConverter.set_tensor_memo")
+def _():
+    mode = FakeTensorMode()
+    converter = mode.fake_tensor_converter
+    real = torch.randn(2)
+    fake = converter.from_meta_and_device(mode, torch.empty(2, device="meta"), torch.device("cpu"))
+    converter.set_tensor_memo(real, fake)
+    return mode.from_tensor(real) is fake
 
 
 # ---- modules and FakeCopyMode -------------------------------------------------------------------

@@ -41,6 +41,13 @@ PYTHON_OWNER = ("0003: a fake the converter memoizes holds `_python_owner` in it
                 "weak reference to its real tensor that refers to the fake), so it stays owned by "
                 "Python while the memo can hand it out; copies leave it out")
 MEMOIZED_KINDS = ("plain", "param", "view", "grad", "nonleaf")
+REMOVED = ("the series stores nothing this name could reach, so reading it raises an "
+           "AttributeError naming what replaced it (REPLACED_BY) rather than finding nothing")
+# removed names -> what the patched error message names (within its first 60 characters)
+REPLACED_BY = {
+    "names.MetaConverter.maybe_storages_to_delete": "check_for_expired_weak",
+    "names.proxy_tensor.proxy_slot": "get_proxy_slot",
+}
 
 VIEW_CASES = ("describe[view]", "requires_grad_[view]", "requires_grad_(False)[view]",
               "requires_grad=[view]", ".data=[view]", "to(cpu)[view]", "cpu()[view]",
@@ -64,6 +71,9 @@ DELIBERATE: Dict[str, str] = {
     **each(KERNEL_INVOCATION, "mode.vars", "mode.dir"),
     **each(PYTHON_OWNER, *(f"{case}[{kind}]" for case in ("vars", "__dict__.setattr", "dir")
                            for kind in MEMOIZED_KINDS)),
+    "names.WeakTensorRefKey": ("0003: no memo is keyed by WeakTensorRefKey any more; it works as "
+                               "before and warns that it is deprecated (DeprecationWarning)"),
+    **each(REMOVED, *REPLACED_BY),
 }
 
 # deliberate differences confined to these fields of the description: the rest must be the same
@@ -178,6 +188,13 @@ def test_case_as_unpatched(sides: Dict[str, Dict[str, Any]], name: str) -> None:
         return
     assert not differs(unpatched, patched), (
         f"{name}: unpatched {json.dumps(unpatched)}\n   patched {json.dumps(patched)}")
+
+
+@pytest.mark.parametrize("name", sorted(REPLACED_BY))
+def test_removed_name_says_what_replaced_it(sides: Dict[str, Dict[str, Any]], name: str) -> None:
+    patched = sides["patched"]["outcomes"][name]
+    assert patched.get("error") == "AttributeError", json.dumps(patched)
+    assert REPLACED_BY[name] in patched["msg"], json.dumps(patched)
 
 
 @pytest.mark.parametrize("name", sorted(DELIBERATE))

@@ -839,6 +839,11 @@ class WeakMemoMetaConverterTest(TestCase):
         self.assertEqual(weakref.getweakrefcount(v), refs_v)
         self.assertEqual(_live_finalizers(), finalizers)
 
+    def test_removed_storage_queue_names_the_sweep(self):
+        mc = MetaConverter()
+        with self.assertRaisesRegex(AttributeError, "check_for_expired_weak_storages"):
+            mc.maybe_storages_to_delete
+
     def test_conj_input_left_unconverted_by_call(self):
         # MetaConverter.__call__ gives conj tensors back as they are (its fallbacks cannot run them)
         xc = torch.randn(3, dtype=torch.complex64).conj()
@@ -878,6 +883,23 @@ class WeakMemoFakeTensorConverterTest(TestCase):
         self.assertTrue(x in conv.tensor_memo)
         self.assertFalse(y in conv.tensor_memo)
         self.assertIs(f.fake_mode, mode)
+
+    def test_set_tensor_memo_makes_the_next_conversion_a_hit(self):
+        x = torch.randn(2)
+        mode = FakeTensorMode()
+        conv = mode.fake_tensor_converter
+        fake = conv.from_meta_and_device(mode, torch.empty(2, device="meta"), torch.device("cpu"))
+        conv.set_tensor_memo(x, fake)
+        self.assertIs(mode.from_tensor(x), fake)
+
+    def test_weak_tensor_ref_key_is_deprecated_and_finds_no_fake(self):
+        x = torch.randn(2)
+        mode = FakeTensorMode()
+        mode.from_tensor(x)
+        with self.assertWarnsRegex(DeprecationWarning, "keyed by the tensor itself"):
+            key = torch._subclasses.fake_tensor.WeakTensorRefKey(x)
+        self.assertIs(key.ten(), x)
+        self.assertIsNone(mode.fake_tensor_converter.tensor_memo.get(key))
 
     def test_memo_holds_fake_weakly(self):
         x = torch.randn(3)

@@ -16,6 +16,7 @@ from .common import PatchsetError, Runner, find_project
 # Order is the order of `--help`.
 SUBCOMMAND_MODULES = [
     "setup_cmd",
+    "pristine_cmd",
     "apply_cmd",
     "overlay_cmd",
     "install_cmd",

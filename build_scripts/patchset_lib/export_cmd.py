@@ -39,6 +39,7 @@ from .common import (
     Project,
     Runner,
     base_pin,
+    check_out_dir,
     identity,
     raise_if,
     read_base_hashes,
@@ -54,12 +55,6 @@ GIT_EXPORT_OPTIONS: Sequence[str] = (
     "--zero-commit", "--no-signature", "--full-index", "--stat=80", "--numbered",
     "--cover-letter", "--cover-from-description=subject",
 )
-
-
-def check_out_dir(out: Path) -> Optional[str]:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return f"{out} exists and is not an empty directory"
-    return None
 
 
 def check_series(series: Sequence[Path]) -> Optional[str]:

@@ -90,7 +90,13 @@ class Project:
 
     @property
     def default_checkout(self) -> Path:
+        """The cached v1.13.1 tree: pristine unless `apply` was asked to patch it."""
         return self.cache / "checkout" / base_pin(self)["tree_dir"]
+
+    @property
+    def patched_checkout(self) -> Path:
+        """The cached v1.13.1 tree `run` applies the series to (never .cache/checkout)."""
+        return self.cache / "patched-checkout" / base_pin(self)["tree_dir"]
 
     @property
     def venv(self) -> Path:

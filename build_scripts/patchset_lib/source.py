@@ -205,12 +205,15 @@ def extract_tree(runner: Runner, tarball: Path, top: str, target: Path) -> Path:
     return target
 
 
-def ensure_checkout(project: Project, runner: Runner) -> Path:
-    """Extract the verified orig tarball into .cache/checkout/ unless it is already there."""
-    target = project.default_checkout
+def ensure_extracted(project: Project, runner: Runner, target: Path) -> Path:
+    """Extract the verified orig tarball as target (a tree of the tool's cache) unless it is there."""
     if target.is_dir():
         return target
-    return extract_tree(runner, ensure_tarball(project, runner), target.name, target)
+    return extract_tree(runner, ensure_tarball(project, runner), base_pin(project)["tree_dir"], target)
+
+
+def ensure_checkout(project: Project, runner: Runner) -> Path:
+    return ensure_extracted(project, runner, project.default_checkout)
 
 
 def write_pristine_tree(project: Project, runner: Runner, dest: Path) -> Path:

@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES = [
     "status_cmd",
     "bench_cmd",
     "crossref_cmd",
+    "author_cmd",
     "export_cmd",
     "refresh_cmd",
     "source_build_cmd",

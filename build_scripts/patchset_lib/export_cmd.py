@@ -3,8 +3,10 @@
 
 Both formats start the same way: a temp repo holding the pristine base files (one commit with a
 fixed identity, see `series_io.make_base_repo`), `git am` of patches/ on top, then every commit
-whose author is a placeholder (see `authorship`) gets the exporter as author and committer, so
-the result depends on the author given and nothing else of the machine, its git config or clock.
+whose author is a placeholder (see `authorship`) gets the series author of patches/author.json
+as author and committer, and with `--signed-off-by` every commit that person's `Signed-off-by:`
+trailer, so the result depends on patches/ and that option and nothing else of the machine, the
+git config of whoever runs it or the clock.
 
 git: `git format-patch --cover-letter --from=<author>`, numbered `[PATCH n/m]`, for `git am` on
 a v1.13.1 checkout. The cover letter's subject and blurb come from patches/cover-letter.txt
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import series_io
-from .authorship import Author, export_author, is_placeholder
+from .authorship import Author, is_placeholder, parse_author, series_author
 from .common import (
     add_command,
     PatchsetError,
@@ -65,14 +67,15 @@ def check_series(series: Sequence[Path]) -> Optional[str]:
 
 
 def author_env(project: Project, author: Author) -> Dict[str, str]:
-    """The exporter as committer, at the fixed date: the export depends on nothing else."""
+    """The series author as committer, at the fixed date: the export depends on nothing else."""
     return {**series_io.am_env(project), "GIT_COMMITTER_NAME": author.name,
             "GIT_COMMITTER_EMAIL": author.email}
 
 
-def series_repo(project: Project, runner: Runner, workdir: Path, author: Author) -> Tuple[Path, str]:
+def series_repo(project: Project, runner: Runner, workdir: Path, author: Author,
+                signer: Optional[Author]) -> Tuple[Path, str]:
     """Temp repo = pristine base commit + `git am` of patches/, placeholder authors replaced by
-    `author`; returns (repo, base commit)."""
+    `author`, each commit signed off by `signer` if given; returns (repo, base commit)."""
     series = read_series(project) if project.series_file.is_file() else []
     error = check_series(series)
     if error:
@@ -82,7 +85,8 @@ def series_repo(project: Project, runner: Runner, workdir: Path, author: Author)
     base = series_io.make_base_repo(pristine, repo, runner)
     series_io.am_series(repo, series, runner, series_io.am_env(project))
     series_io.reauthor(repo, base, lambda name, email: author if is_placeholder(email) else None,
-                       runner, author_env(project, author))
+                       runner, author_env(project, author),
+                       [f"Signed-off-by: {signer}"] if signer is not None else [])
     warning = check_tests(project, series_io.read_files(repo, [p for p in GENERATED_TESTS
                                                                if (repo / p).is_file()]))
     if warning:
@@ -120,8 +124,9 @@ def add_base_commit(cover: Path, commit: Optional[str]) -> None:
         cover.write_text(cover.read_text().rstrip("\n") + f"\n\nbase-commit: {commit}\n")
 
 
-def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author) -> List[Path]:
-    repo, base = series_repo(project, runner, workdir, author)
+def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
+               signer: Optional[Author]) -> List[Path]:
+    repo, base = series_repo(project, runner, workdir, author, signer)
     runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project),
                cwd=repo, env=series_io.isolated_env(), capture=True)
     made = series_io.format_patches(repo, f"{base}..HEAD", workdir / "git", runner,
@@ -209,8 +214,9 @@ def origin_text(project: Project, patches: Sequence[Path]) -> str:
     return f"vendor, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
 
 
-def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author) -> List[Path]:
-    repo, base = series_repo(project, runner, workdir, author)
+def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
+                 signer: Optional[Author]) -> List[Path]:
+    repo, base = series_repo(project, runner, workdir, author, signer)
     patches = series_io.format_series(repo, base, workdir / "canonical", runner)
     revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo,
                       env=series_io.isolated_env(), capture=True).stdout.split()
@@ -227,11 +233,11 @@ def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, aut
     return written
 
 
-def git_am_hint(out: Path, author: Author) -> str:
-    return ("apply on a v1.13.1 git checkout (all but the cover letter; the -c options make you "
-            "the committer, so a machine without a git identity works too):\n"
+def git_am_hint(out: Path, committer: Author) -> str:
+    return (f"apply on a v1.13.1 git checkout (all but the cover letter; the -c options make "
+            f"{committer} the committer, so a machine without a git identity works too):\n"
             f"  ls {out}/*.patch | grep -v /0000-cover-letter.patch | xargs git "
-            f"{author.git_config_args()} am")
+            f"{committer.git_config_args()} am")
 
 
 def export_format(args: argparse.Namespace) -> str:
@@ -244,20 +250,21 @@ def export_format(args: argparse.Namespace) -> str:
 
 def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     fmt = export_format(args)
-    author = export_author(runner, args.author, Path.cwd())
+    author = series_author(project)
+    signer = None if args.signed_off_by is None else parse_author(args.signed_off_by, "--signed-off-by")
     exporter = export_git if fmt == "git" else export_quilt
     if args.debian_patches is not None:
-        return drop_into_debian_patches(project, runner, args, author)
+        return drop_into_debian_patches(project, runner, args, author, signer)
     out = Path(args.out).resolve()
     raise_if(check_out_dir(out))
     with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
         staged = Path(tmp) / "out"  # written in full before anything reaches --out
-        files = exporter(project, runner, Path(tmp), staged, author)
+        files = exporter(project, runner, Path(tmp), staged, author, signer)
         shutil.copytree(staged, out, dirs_exist_ok=True)
     for path in files:
         print(out / path.name)
     if fmt == "git":
-        print(git_am_hint(out, author))
+        print(git_am_hint(out, signer or author))
     else:
         print(f"apply: QUILT_PATCHES={out} quilt push -a (in the source tree); for a Debian "
               f"package: ./build_scripts/patchset export --debian-patches <package>/debian/patches")
@@ -265,10 +272,10 @@ def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> in
 
 
 def drop_into_debian_patches(project: Project, runner: Runner, args: argparse.Namespace,
-                             author: Author) -> int:
+                             author: Author, signer: Optional[Author]) -> int:
     target = Path(args.debian_patches).resolve()
     with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
-        files = export_quilt(project, runner, Path(tmp), Path(tmp) / "out", author)
+        files = export_quilt(project, runner, Path(tmp), Path(tmp) / "out", author, signer)
         plan = plan_drop_in(target, args.subdir, {p.name: p.read_bytes() for p in files})
         write_drop_in(plan)
     if plan.changes_nothing:
@@ -288,8 +295,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "export", cmd_export,
         help="export the series for a PR (git) or for a Debian package (quilt)",
         description="Write the series as git format-patch files with a cover letter, or as a "
-                    "debian/patches directory with DEP-3 headers (byte-reproducible for a given "
-                    "author), or drop the quilt patches into a package's debian/patches after "
+                    "debian/patches directory with DEP-3 headers (byte-reproducible), or drop the quilt patches into a package's debian/patches after "
                     "its own.",
     )
     parser.add_argument("--format", choices=["git", "quilt"],
@@ -302,6 +308,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "DIR/series after the package's own; a second run changes nothing")
     parser.add_argument("--subdir", default=DEFAULT_SUBDIR,
                         help=f"subdirectory of --debian-patches for the patches (default: {DEFAULT_SUBDIR})")
-    parser.add_argument("--author", metavar="'NAME <EMAIL>'",
-                        help="the patches' author (default: git's configured identity; "
-                             "exports never carry the placeholder identity of patches/)")
+    parser.add_argument("--signed-off-by", metavar="'NAME <EMAIL>'",
+                        help="add a `Signed-off-by:` trailer naming you to each exported patch "
+                             "(the author is always the series author of patches/author.json, "
+                             "set by the maintainer with `patchset author set`)")

@@ -52,7 +52,7 @@ EDITS: Sequence[SeriesEdit] = (
                author_date="2026-12-02T09:00:00+00:00"),
     SeriesEdit("Fallback aliasing\n\nOutputs alias inputs.\n",
                {"torch/_subclasses/fake_tensor.py": RESULT["torch/_subclasses/fake_tensor.py"]},
-               author_date="2026-12-02T09:10:00+00:00",
+               author_date="2026-12-04T09:10:00+00:00",  # not identity.json's date
                author=("Patchset Dev", "dev@fake-tensor-patchset.invalid")),
     SeriesEdit("Add patch-set tests to test_fake_tensor.py\n\nGenerated.\n",
                {"test/test_fake_tensor.py": RESULT["test/test_fake_tensor.py"]},
@@ -161,7 +161,7 @@ def test_git_export_applies_with_the_printed_git_am_without_a_git_identity(
                      cwd=repo, capture=True).stdout.splitlines()
     assert log == [  # placeholder authors replaced, a real one kept; the series author committed
         f"{AUTHOR}|{AUTHOR}|2026-12-02T09:00:00+00:00|Weak memo for converters",
-        f"{AUTHOR}|{AUTHOR}|2026-12-02T09:10:00+00:00|Fallback aliasing",
+        f"{AUTHOR}|{AUTHOR}|2026-12-04T09:10:00+00:00|Fallback aliasing",
         f"Real Contributor <rc@example.org>|{AUTHOR}|2026-12-02T00:00:00+00:00|"
         "Add patch-set tests to test_fake_tensor.py",
     ]
@@ -197,6 +197,8 @@ def test_quilt_export_has_dep3_headers(project: Project, runner: Runner, tmp_pat
     assert "\ndiff --git a/torch/_subclasses/meta_utils.py b/torch/_subclasses/meta_utils.py\n" in diff
     second = (out / names[1]).read_text()
     assert "\nForwarded: no\n" in second and "\nBug:" not in second
+    assert "\nDate: Fri, 4 Dec 2026 09:10:00 +0000\n" in read_series(project)[1].read_text()
+    assert "\nLast-Update: 2026-12-04\n" in second  # the patch's own date
     assert f"\nAuthor: {AUTHOR}\n" in second  # the other placeholder identity, replaced too
     assert "\nAuthor: Real Contributor <rc@example.org>\n" in (out / names[2]).read_text()
     for name in names:

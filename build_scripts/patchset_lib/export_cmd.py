@@ -21,7 +21,7 @@ its last paragraph, so it travels with the commit through `git am`, rebases and 
     Forwarded: no
 (also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header;
 Forwarded defaults to `no`. Origin names the series by the sha256 of its patch files (no URL),
-Last-Update is the date of patches/identity.json. `debian_dropin` puts these files into a
+Last-Update is the patch's own date (its commit's author date, the `Date:` of the patch file). `debian_dropin` puts these files into a
 package's debian/patches after its own.
 """
 from __future__ import annotations
@@ -42,7 +42,6 @@ from .common import (
     Runner,
     base_pin,
     check_out_dir,
-    identity,
     raise_if,
     read_base_hashes,
     read_series,
@@ -149,11 +148,13 @@ def copy_files(files: Sequence[Path], out: Path) -> List[Path]:
 
 
 def commit_meta(repo: Path, rev: str, runner: Runner) -> Dict[str, str]:
-    fmt = "%an%x00%ae%x00%s%x00%b%x00%(trailers:only,unfold)"
+    """The commit's author, its date (the patch's `Date:`, YYYY-MM-DD) and its message parts."""
+    fmt = "%an%x00%ae%x00%as%x00%s%x00%b%x00%(trailers:only,unfold)"
     out = runner.git("log", "-1", f"--format={fmt}", rev, cwd=repo, env=series_io.isolated_env(),
                      capture=True).stdout
-    name, email, subject, body, trailers = out.split("\0")
-    return {"name": name, "email": email, "subject": subject, "body": body, "trailers": trailers}
+    name, email, date, subject, body, trailers = out.split("\0")
+    return {"name": name, "email": email, "date": date, "subject": subject, "body": body,
+            "trailers": trailers}
 
 
 def parse_trailers(text: str) -> List[Tuple[str, str]]:
@@ -182,7 +183,7 @@ def description_field(subject: str, body: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dep3_header(meta: Mapping[str, str], origin: str, last_update: str) -> str:
+def dep3_header(meta: Mapping[str, str], origin: str) -> str:
     trailers = parse_trailers(meta["trailers"])
     dep3 = [(k, v) for k, v in trailers if k in DEP3_TRAILERS]
     fields = dict(dep3)
@@ -192,7 +193,7 @@ def dep3_header(meta: Mapping[str, str], origin: str, last_update: str) -> str:
     for key in ("Bug", "Bug-Debian", "Applied-Upstream"):  # each trailer, several Bug: included
         header += "".join(f"{k}: {v}\n" for k, v in dep3 if k == key)
     header += f"Forwarded: {fields.get('Forwarded', 'no')}\n"
-    header += f"Last-Update: {last_update}\n"
+    header += f"Last-Update: {meta['date']}\n"
     return header
 
 
@@ -221,11 +222,10 @@ def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, aut
     revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo,
                       env=series_io.isolated_env(), capture=True).stdout.split()
     origin = origin_text(project, read_series(project))  # the series as patches/ holds it
-    last_update = identity(project)["date"][:10]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for rev, patch in zip(revs, patches):
-        header = dep3_header(commit_meta(repo, rev, runner), origin, last_update)
+        header = dep3_header(commit_meta(repo, rev, runner), origin)
         target = out / patch.name
         target.write_text(header + "---\n" + diff_part(patch.read_text()))
         written.append(target)

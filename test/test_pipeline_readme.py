@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Dict, List, Mapping
 
 import pytest
-from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, REPO, TOOL_LIB, git, package_tree, pristine_checkout,
-                      sha, tree_hashes)
+from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, MAINTAINER, REPO, TOOL_LIB, git, package_tree,
+                      pristine_checkout, series_copy, sha, tree_hashes)
 
 from patchset_lib import cli
-from patchset_lib.generated_tests import GENERATED_TESTS
 from patchset_lib.common import ABSENT, base_pin, find_project, read_base_hashes
 
 README = REPO / "README.md"
@@ -34,7 +33,6 @@ TWO_COMMANDS = ("./build_scripts/patchset run", "./build_scripts/patchset test")
 OWN_DIRS = ("PYTORCH", "OUT", "PKG")
 PREREQUISITES = "./build_scripts/patchset setup"
 NAME, EMAIL = "Your Name", "you@example.org"
-MAINTAINER = "Mae Maintainer <mae@example.org>"
 EDIT_LINE = "PATCHSET_README_RECIPE_EDIT = True  # the edit recipe's change\n"
 
 
@@ -152,21 +150,6 @@ def applied_bytes(tmp_path: Path, base: Mapping[str, bytes]) -> Dict[str, bytes]
     assert proc.returncode == 0, proc.stderr
     return {path: (tree / path).read_bytes() for path in read_base_hashes(find_project(TOOL_LIB))
             if (tree / path).is_file()}
-
-
-def series_copy(root: Path) -> Path:
-    """This project's tool, series, generated tests and pristine base files, plus the series
-    author a maintainer sets once (this repository holds none): exports run on the copy."""
-    for name in ("build_scripts", "patches"):
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for path in GENERATED_TESTS:
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(REPO / path, root / path)
-    shutil.copytree(REPO / ".cache/pristine", root / ".cache/pristine")
-    proc = subprocess.run([str(root / "build_scripts/patchset"), "-q", "author", "set", MAINTAINER],
-                          cwd=root, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return root
 
 
 def test_pr_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:

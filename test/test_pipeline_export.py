@@ -8,6 +8,7 @@ the package's own patches then ours. Exports name the series author of patches/a
 the export, who can only add a Signed-off-by: trailer; without that file the export fails.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -67,9 +68,21 @@ def project(tmp_path: Path, runner: Runner) -> Project:
     (project.patches / "cover-letter.txt").write_text(COVER)
     commit_series(project, runner, EDITS, tmp_path)
     set_series_author(project, AUTHOR)
+    (project.patches / "upstream-status.json").write_text(json.dumps(STATUS))
     return project
 
 
+STATUS = {
+    "Weak memo for converters": {
+        "forwarded": "no", "why": "Upstream rewrote the converter since.",
+        "later_torch": "fixed differently in torch 2.0 (weak dictionaries in meta_utils.py)",
+        "follows": "https://github.com/pytorch/pytorch/pull/80544",
+        "bug": ["https://github.com/pytorch/pytorch/issues/80544", "https://github.com/pytorch/pytorch/issues/99"]},
+    "Fallback aliasing": {"forwarded": "not-needed", "why": "Only 1.13 needs it.",
+                          "later_torch": "still open"},
+    "Add patch-set tests to test_fake_tensor.py": {"forwarded": "no", "why": "Tests of the above.",
+                                                   "later_torch": "not yet checked"},
+}
 AUTHOR = "Jane Maintainer <jane@example.org>"
 SIGNER = "Sam Packager <sam@example.org>"
 # A placeholder address anywhere in an export: the identity of patches/ or any `.invalid` one.
@@ -133,6 +146,10 @@ def test_git_cover_letter_has_subject_blurb_base(project: Project, runner: Runne
     assert cover.endswith(f"\n\nbase-commit: {UPSTREAM_COMMIT}\n")
     assert cover.count("base-commit:") == 1
     assert f"\nFrom: {AUTHOR}\n" in cover
+    assert ("Later torch, per patch:\n"
+            "  0001 Weak memo for converters \u2014 fixed differently in torch 2.0 (weak dictionaries in meta_utils.py)\n"
+            "  0002 Fallback aliasing \u2014 still open\n"
+            "  0003 Add patch-set tests to test_fake_tensor.py \u2014 not yet checked\n") in cover
     first = (tmp_path / "out/0001-Weak-memo-for-converters.patch").read_text()
     assert f"\nFrom: {AUTHOR}\n" in first
     assert "Subject: [PATCH 1/3] Weak memo for converters" in first
@@ -186,17 +203,23 @@ def test_quilt_export_has_dep3_headers(project: Project, runner: Runner, tmp_pat
         " Why: finalizers leak.",
         " .",
         " What: weak refs we own.",
+        " .",
+        " Upstream: Upstream rewrote the converter since.",
+        " Later torch: fixed differently in torch 2.0 (weak dictionaries in meta_utils.py)",
+        " Follows up https://github.com/pytorch/pytorch/pull/80544",
         f"Author: {AUTHOR}",
         f"Origin: vendor, fake-tensor patch set for PyTorch v1.13.1 (series sha256 {series_sha})",
-        "Bug: https://github.com/pytorch/pytorch/issues/80544",
+        "Bug: https://github.com/pytorch/pytorch/issues/80544",  # the trailer and the entry, once
         "Bug: https://github.com/pytorch/pytorch/pull/12345",
+        "Bug: https://github.com/pytorch/pytorch/issues/99",
         "Forwarded: no",
         "Last-Update: 2026-12-02",
     ]
     assert diff.startswith(" torch/_subclasses/meta_utils.py | 2 +-\n")
     assert "\ndiff --git a/torch/_subclasses/meta_utils.py b/torch/_subclasses/meta_utils.py\n" in diff
     second = (out / names[1]).read_text()
-    assert "\nForwarded: no\n" in second and "\nBug:" not in second
+    assert "\nForwarded: not-needed\n" in second and "\nBug:" not in second
+    assert "\n Upstream: Only 1.13 needs it.\n Later torch: still open\nAuthor:" in second
     assert "\nDate: Fri, 4 Dec 2026 09:10:00 +0000\n" in read_series(project)[1].read_text()
     assert "\nLast-Update: 2026-12-04\n" in second  # the patch's own date
     assert f"\nAuthor: {AUTHOR}\n" in second  # the other placeholder identity, replaced too
@@ -459,6 +482,17 @@ def test_patch_that_does_not_apply_writes_nothing(project: Project, runner: Runn
     first.write_text(first.read_text().replace("-    return 1", "-    return 7"))
     with pytest.raises(PatchsetError, match="git am failed"):
         export(project, runner, "git", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["git", "quilt"])
+def test_upstream_status_without_an_entry_is_refused_writing_nothing(
+        project: Project, runner: Runner, tmp_path: Path, fmt: str) -> None:
+    status = dict(STATUS)
+    del status["Fallback aliasing"]
+    (project.patches / "upstream-status.json").write_text(json.dumps(status))
+    with pytest.raises(PatchsetError, match="upstream-status.json: no entry for 'Fallback aliasing'"):
+        export(project, runner, fmt, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

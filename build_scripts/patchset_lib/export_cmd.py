@@ -18,9 +18,9 @@ quilt: a `debian/patches` directory (`series` + one file per patch) whose patche
 headers before the diff. Per-patch DEP-3 metadata lives in the commit message as git trailers in
 its last paragraph, so it travels with the commit through `git am`, rebases and `refresh`:
     Bug: https://github.com/pytorch/pytorch/issues/80544
-    Forwarded: no
-(also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header;
-Forwarded defaults to `no`. Origin names the series by the sha256 of its patch files (no URL),
+(also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header.
+Where each patch stands upstream comes from patches/upstream-status.json (`upstream_status`):
+Forwarded, more Bug: lines, and the Description's last paragraph. Origin names the series by the sha256 of its patch files (no URL),
 Last-Update is the patch's own date (its commit's author date, the `Date:` of the patch file). `debian_dropin` puts these files into a
 package's debian/patches after its own.
 """
@@ -49,6 +49,7 @@ from .common import (
 )
 from .debian_dropin import DEFAULT_SUBDIR, SERIES, plan_drop_in, write_drop_in
 from .generated_tests import GENERATED_TESTS, check_tests
+from .upstream_status import checked_status, description_paragraph, later_torch_section, series_subjects
 
 COVER_LETTER = "cover-letter.txt"
 DEP3_TRAILERS = ("Bug", "Bug-Debian", "Forwarded", "Applied-Upstream")
@@ -106,14 +107,15 @@ def base_paragraph(project: Project) -> str:
     )
 
 
-def cover_description(project: Project) -> str:
+def cover_description(project: Project, status: Mapping[str, Mapping[str, object]]) -> str:
     path = project.patches / COVER_LETTER
     if not path.is_file():
         raise PatchsetError(f"{path} is missing (first paragraph: subject; then the blurb)")
     text = path.read_text().strip()
     if not text:
         raise PatchsetError(f"{path} is empty")
-    return text + "\n\n" + base_paragraph(project)
+    return (text + "\n\n" + base_paragraph(project) + "\n"
+            + later_torch_section(status, series_subjects(project)))
 
 
 def add_base_commit(cover: Path, commit: Optional[str]) -> None:
@@ -125,8 +127,9 @@ def add_base_commit(cover: Path, commit: Optional[str]) -> None:
 
 def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
                signer: Optional[Author]) -> List[Path]:
+    status = checked_status(project)
     repo, base = series_repo(project, runner, workdir, author, signer)
-    runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project),
+    runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project, status),
                cwd=repo, env=series_io.isolated_env(), capture=True)
     made = series_io.format_patches(repo, f"{base}..HEAD", workdir / "git", runner,
                                     [*GIT_EXPORT_OPTIONS, "--no-base", f"--from={author}"],
@@ -183,16 +186,19 @@ def description_field(subject: str, body: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dep3_header(meta: Mapping[str, str], origin: str) -> str:
+def dep3_header(meta: Mapping[str, str], origin: str, status: Mapping[str, object]) -> str:
+    """DEP-3 fields from the commit (author, date, trailers) and its upstream-status entry
+    (Forwarded, more Bug: lines, the Description's last paragraph)."""
     trailers = parse_trailers(meta["trailers"])
     dep3 = [(k, v) for k, v in trailers if k in DEP3_TRAILERS]
-    fields = dict(dep3)
-    header = description_field(meta["subject"], strip_trailers(meta["body"], dep3))
+    bugs = [("Bug", url) for url in status.get("bug", []) if ("Bug", url) not in dep3]
+    body = strip_trailers(meta["body"], dep3) + "\n\n" + description_paragraph(status)
+    header = description_field(meta["subject"], body)
     header += f"Author: {meta['name']} <{meta['email']}>\n"
     header += f"Origin: {origin}\n"
     for key in ("Bug", "Bug-Debian", "Applied-Upstream"):  # each trailer, several Bug: included
-        header += "".join(f"{k}: {v}\n" for k, v in dep3 if k == key)
-    header += f"Forwarded: {fields.get('Forwarded', 'no')}\n"
+        header += "".join(f"{k}: {v}\n" for k, v in [*dep3, *bugs] if k == key)
+    header += f"Forwarded: {status['forwarded']}\n"
     header += f"Last-Update: {meta['date']}\n"
     return header
 
@@ -217,6 +223,7 @@ def origin_text(project: Project, patches: Sequence[Path]) -> str:
 
 def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
                  signer: Optional[Author]) -> List[Path]:
+    status = checked_status(project)
     repo, base = series_repo(project, runner, workdir, author, signer)
     patches = series_io.format_series(repo, base, workdir / "canonical", runner)
     revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo,
@@ -225,7 +232,8 @@ def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, aut
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for rev, patch in zip(revs, patches):
-        header = dep3_header(commit_meta(repo, rev, runner), origin)
+        meta = commit_meta(repo, rev, runner)
+        header = dep3_header(meta, origin, status[meta["subject"]])
         target = out / patch.name
         target.write_text(header + "---\n" + diff_part(patch.read_text()))
         written.append(target)

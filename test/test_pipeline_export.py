@@ -94,7 +94,7 @@ def export(project: Project, runner: Runner, fmt: Optional[str], out: Optional[P
            subdir: str = "fake-tensor") -> int:
     args = argparse.Namespace(format=fmt, out=None if out is None else str(out), signed_off_by=signed_off_by,
                               debian_patches=None if debian_patches is None else str(debian_patches),
-                              subdir=subdir)
+                              subdir=subdir, conda_forge=None)
     return export_cmd.cmd_export(project, runner, args)
 
 

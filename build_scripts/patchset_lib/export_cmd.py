@@ -1,5 +1,6 @@
 """`patchset export --format git|quilt --out DIR`: the series for a PR or for a Debian package;
-`export --debian-patches DIR`: the quilt export dropped into a package's debian/patches.
+`export --debian-patches DIR`: the quilt export dropped into a package's debian/patches;
+`export --conda-forge DIR`: the git patches without cover letter and a meta.yaml fragment.
 
 Both formats start the same way: a temp repo holding the pristine base files (one commit with a
 fixed identity, see `series_io.make_base_repo`), `git am` of patches/ on top, then every commit
@@ -23,6 +24,10 @@ Where each patch stands upstream comes from patches/upstream-status.json (`upstr
 Forwarded, more Bug: lines, and the Description's last paragraph. Origin names the series by the sha256 of its patch files (no URL),
 Last-Update is the patch's own date (its commit's author date, the `Date:` of the patch file). `debian_dropin` puts these files into a
 package's debian/patches after its own.
+
+conda-forge: the git export's patches (conda-build applies each with `patch -p1`; the mail header
+before the diff is ignored) and `meta.yaml`, a fragment listing them as `source: patches:` in
+series order, to merge into a recipe building the pytorch 1.13.1 source.
 """
 from __future__ import annotations
 
@@ -57,6 +62,7 @@ GIT_EXPORT_OPTIONS: Sequence[str] = (
     "--zero-commit", "--no-signature", "--full-index", "--stat=80", "--numbered",
     "--cover-letter", "--cover-from-description=subject",
 )
+CONDA_META = "meta.yaml"
 
 
 def check_series(series: Sequence[Path]) -> Optional[str]:
@@ -125,8 +131,9 @@ def add_base_commit(cover: Path, commit: Optional[str]) -> None:
         cover.write_text(cover.read_text().rstrip("\n") + f"\n\nbase-commit: {commit}\n")
 
 
-def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
+def git_series(project: Project, runner: Runner, workdir: Path, author: Author,
                signer: Optional[Author]) -> List[Path]:
+    """The git export in workdir/git: the cover letter first, then the patches in series order."""
     status = checked_status(project)
     repo, base = series_repo(project, runner, workdir, author, signer)
     runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project, status),
@@ -135,7 +142,12 @@ def export_git(project: Project, runner: Runner, workdir: Path, out: Path, autho
                                     [*GIT_EXPORT_OPTIONS, "--no-base", f"--from={author}"],
                                     author_env(project, author))
     add_base_commit(made[0], base_pin(project).get("upstream_commit"))
-    return copy_files(made, out)
+    return made
+
+
+def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
+               signer: Optional[Author]) -> List[Path]:
+    return copy_files(git_series(project, runner, workdir, author, signer), out)
 
 
 def copy_files(files: Sequence[Path], out: Path) -> List[Path]:
@@ -145,6 +157,23 @@ def copy_files(files: Sequence[Path], out: Path) -> List[Path]:
         shutil.copyfile(path, out / path.name)
         written.append(out / path.name)
     return written
+
+
+# ---- conda-forge -------------------------------------------------------------------------------
+
+
+def conda_meta_fragment(patches: Sequence[Path]) -> str:
+    listed = "".join(f"    - {p.name}\n" for p in patches)
+    return ("# meta.yaml fragment for a conda-forge recipe: the fake-tensor patch set in series order;\n"
+            "# each patch applies with `patch -p1` to the pytorch 1.13.1 source.\n"
+            "source:\n  patches:\n" + listed)
+
+
+def export_conda(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
+                 signer: Optional[Author]) -> List[Path]:
+    patches = copy_files(git_series(project, runner, workdir, author, signer)[1:], out)  # no cover
+    (out / CONDA_META).write_text(conda_meta_fragment(patches))
+    return [*patches, out / CONDA_META]
 
 
 # ---- quilt -------------------------------------------------------------------------------------
@@ -252,6 +281,9 @@ def export_format(args: argparse.Namespace) -> str:
     if args.debian_patches is not None:
         raise_if("--debian-patches takes the quilt format only" if args.format == "git" else None)
         return "quilt"
+    if args.conda_forge is not None:
+        raise_if("--conda-forge takes the git format only" if args.format == "quilt" else None)
+        return "conda-forge"
     raise_if("--out needs --format git or --format quilt" if args.format is None else None)
     return args.format
 
@@ -260,10 +292,10 @@ def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> in
     fmt = export_format(args)
     author = series_author(project)
     signer = None if args.signed_off_by is None else parse_author(args.signed_off_by, "--signed-off-by")
-    exporter = export_git if fmt == "git" else export_quilt
     if args.debian_patches is not None:
         return drop_into_debian_patches(project, runner, args, author, signer)
-    out = Path(args.out).resolve()
+    exporter = {"git": export_git, "quilt": export_quilt, "conda-forge": export_conda}[fmt]
+    out = Path(args.out if args.conda_forge is None else args.conda_forge).resolve()
     raise_if(check_out_dir(out))
     with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
         staged = Path(tmp) / "out"  # written in full before anything reaches --out
@@ -273,6 +305,10 @@ def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> in
         print(out / path.name)
     if fmt == "git":
         print(git_am_hint(out, signer or author))
+    elif fmt == "conda-forge":
+        print(f"conda-forge: copy the patches beside the recipe's meta.yaml and merge {out / CONDA_META} "
+              "into its `source:` (the pytorch 1.13.1 source); conda-build applies them in that "
+              "order with `patch -p1`")
     else:
         print(f"apply: QUILT_PATCHES={out} quilt push -a (in the source tree); for a Debian "
               f"package: ./build_scripts/patchset export --debian-patches <package>/debian/patches")
@@ -301,19 +337,23 @@ def drop_into_debian_patches(project: Project, runner: Runner, args: argparse.Na
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(
         subparsers, "export", cmd_export,
-        help="export the series for a PR (git) or for a Debian package (quilt)",
+        help="export the series for a PR (git), a Debian package (quilt) or a conda-forge recipe",
         description="Write the series as git format-patch files with a cover letter, or as a "
                     "debian/patches directory with DEP-3 headers (byte-reproducible), or drop the quilt patches into a package's debian/patches after "
-                    "its own.",
+                    "its own, or write the git patches with a meta.yaml fragment for a conda-forge recipe.",
     )
     parser.add_argument("--format", choices=["git", "quilt"],
-                        help="required with --out; --debian-patches implies quilt")
+                        help="required with --out; --debian-patches implies quilt, --conda-forge git")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", metavar="DIR", help="empty or new directory to write into")
     where.add_argument("--debian-patches", metavar="DIR",
                        help="a package's debian/patches (a quilt directory with a series file): "
                             "the patches go to DIR/SUBDIR/, their entries are appended to "
                             "DIR/series after the package's own; a second run changes nothing")
+    where.add_argument("--conda-forge", metavar="DIR",
+                       help="empty or new directory for a conda-forge recipe: the git patches "
+                            "(no cover letter; `patch -p1`) and meta.yaml's `source: patches:` "
+                            "listing them in series order")
     parser.add_argument("--subdir", default=DEFAULT_SUBDIR,
                         help=f"subdirectory of --debian-patches for the patches (default: {DEFAULT_SUBDIR})")
     parser.add_argument("--signed-off-by", metavar="'NAME <EMAIL>'",

@@ -26,6 +26,7 @@ if str(TOOL_LIB) not in sys.path:
 
 from patchset_lib import series_io  # noqa: E402
 from patchset_lib.common import ABSENT, Project, Runner, find_project, read_base_hashes  # noqa: E402
+from patchset_lib.generated_tests import GENERATED_TESTS  # noqa: E402
 from patchset_lib.series import copy_pristine_tree  # noqa: E402
 from patchset_lib.source import ensure_pristine  # noqa: E402
 
@@ -100,6 +101,23 @@ def make_patched_checkout(checkout: Path) -> Path:
     proc = run_tool(REPO, "apply", "--checkout", str(checkout))
     assert proc.returncode == 0, proc.stderr
     return checkout
+
+
+MAINTAINER = "Mae Maintainer <mae@example.org>"
+
+
+def series_copy(root: Path) -> Path:
+    """This project's tool, series, generated tests and pristine base files, plus the series
+    author a maintainer sets once (this repository holds none): exports run on the copy."""
+    for name in ("build_scripts", "patches"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in GENERATED_TESTS:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / path, root / path)
+    shutil.copytree(REPO / ".cache/pristine", root / ".cache/pristine")
+    proc = run_tool(root, "author", "set", MAINTAINER)
+    assert proc.returncode == 0, proc.stderr
+    return root
 
 
 class TmpProject:

@@ -3,10 +3,12 @@ and the quilt patches dropped into a package's debian/patches after its own.
 
 Every export is applied for real: `git am` into a repo of the pristine base files on a machine
 without a git identity, `quilt push -a` / `quilt pop -a` on a copy of a small source tree, and
-the package's own patches then ours. Exports name a real author, never the placeholder identity
-of patches/: given with --author, else git's configured one, else the export fails.
+the package's own patches then ours. Exports name the series author of patches/author.json
+(set with `patchset author set`), never the placeholder identity of patches/ nor whoever runs
+the export, who can only add a Signed-off-by: trailer; without that file the export fails.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -32,6 +34,7 @@ from conftest import (
 from conftest import package_tree as conftest_package_tree
 
 from patchset_lib import export_cmd, series_io
+from patchset_lib.authorship import author_file, set_series_author
 from patchset_lib.common import PatchsetError, Project, Runner, read_series
 
 PRISTINE = SMALL_BASE
@@ -50,7 +53,7 @@ EDITS: Sequence[SeriesEdit] = (
                author_date="2026-12-02T09:00:00+00:00"),
     SeriesEdit("Fallback aliasing\n\nOutputs alias inputs.\n",
                {"torch/_subclasses/fake_tensor.py": RESULT["torch/_subclasses/fake_tensor.py"]},
-               author_date="2026-12-02T09:10:00+00:00",
+               author_date="2026-12-04T09:10:00+00:00",  # not identity.json's date
                author=("Patchset Dev", "dev@fake-tensor-patchset.invalid")),
     SeriesEdit("Add patch-set tests to test_fake_tensor.py\n\nGenerated.\n",
                {"test/test_fake_tensor.py": RESULT["test/test_fake_tensor.py"]},
@@ -64,20 +67,34 @@ def project(tmp_path: Path, runner: Runner) -> Project:
     project = make_small_project(tmp_path / "proj")
     (project.patches / "cover-letter.txt").write_text(COVER)
     commit_series(project, runner, EDITS, tmp_path)
+    set_series_author(project, AUTHOR)
+    (project.patches / "upstream-status.json").write_text(json.dumps(STATUS))
     return project
 
 
-AUTHOR = "Jane Packager <jane@example.org>"
+STATUS = {
+    "Weak memo for converters": {
+        "forwarded": "no", "why": "Upstream rewrote the converter since.",
+        "later_torch": "fixed differently in torch 2.0 (weak dictionaries in meta_utils.py)",
+        "follows": "https://github.com/pytorch/pytorch/pull/80544",
+        "bug": ["https://github.com/pytorch/pytorch/issues/80544", "https://github.com/pytorch/pytorch/issues/99"]},
+    "Fallback aliasing": {"forwarded": "not-needed", "why": "Only 1.13 needs it.",
+                          "later_torch": "still open"},
+    "Add patch-set tests to test_fake_tensor.py": {"forwarded": "no", "why": "Tests of the above.",
+                                                   "later_torch": "not yet checked"},
+}
+AUTHOR = "Jane Maintainer <jane@example.org>"
+SIGNER = "Sam Packager <sam@example.org>"
 # A placeholder address anywhere in an export: the identity of patches/ or any `.invalid` one.
 PLACEHOLDER = re.compile(r"[@.][\w.-]*\.invalid\b")
 
 
 def export(project: Project, runner: Runner, fmt: Optional[str], out: Optional[Path] = None,
-           author: Optional[str] = AUTHOR, debian_patches: Optional[Path] = None,
+           signed_off_by: Optional[str] = None, debian_patches: Optional[Path] = None,
            subdir: str = "fake-tensor") -> int:
-    args = argparse.Namespace(format=fmt, out=None if out is None else str(out), author=author,
+    args = argparse.Namespace(format=fmt, out=None if out is None else str(out), signed_off_by=signed_off_by,
                               debian_patches=None if debian_patches is None else str(debian_patches),
-                              subdir=subdir)
+                              subdir=subdir, conda_forge=None)
     return export_cmd.cmd_export(project, runner, args)
 
 
@@ -129,6 +146,10 @@ def test_git_cover_letter_has_subject_blurb_base(project: Project, runner: Runne
     assert cover.endswith(f"\n\nbase-commit: {UPSTREAM_COMMIT}\n")
     assert cover.count("base-commit:") == 1
     assert f"\nFrom: {AUTHOR}\n" in cover
+    assert ("Later torch, per patch:\n"
+            "  0001 Weak memo for converters \u2014 fixed differently in torch 2.0 (weak dictionaries in meta_utils.py)\n"
+            "  0002 Fallback aliasing \u2014 still open\n"
+            "  0003 Add patch-set tests to test_fake_tensor.py \u2014 not yet checked\n") in cover
     first = (tmp_path / "out/0001-Weak-memo-for-converters.patch").read_text()
     assert f"\nFrom: {AUTHOR}\n" in first
     assert "Subject: [PATCH 1/3] Weak memo for converters" in first
@@ -155,9 +176,9 @@ def test_git_export_applies_with_the_printed_git_am_without_a_git_identity(
     assert series_io.read_files(repo, RESULT) == RESULT
     log = runner.git("log", "--reverse", "--format=%an <%ae>|%cn <%ce>|%aI|%s", f"{base}..HEAD",
                      cwd=repo, capture=True).stdout.splitlines()
-    assert log == [  # placeholder authors replaced, a real one kept; the exporter committed
+    assert log == [  # placeholder authors replaced, a real one kept; the series author committed
         f"{AUTHOR}|{AUTHOR}|2026-12-02T09:00:00+00:00|Weak memo for converters",
-        f"{AUTHOR}|{AUTHOR}|2026-12-02T09:10:00+00:00|Fallback aliasing",
+        f"{AUTHOR}|{AUTHOR}|2026-12-04T09:10:00+00:00|Fallback aliasing",
         f"Real Contributor <rc@example.org>|{AUTHOR}|2026-12-02T00:00:00+00:00|"
         "Add patch-set tests to test_fake_tensor.py",
     ]
@@ -182,17 +203,25 @@ def test_quilt_export_has_dep3_headers(project: Project, runner: Runner, tmp_pat
         " Why: finalizers leak.",
         " .",
         " What: weak refs we own.",
+        " .",
+        " Upstream: Upstream rewrote the converter since.",
+        " Later torch: fixed differently in torch 2.0 (weak dictionaries in meta_utils.py)",
+        " Follows up https://github.com/pytorch/pytorch/pull/80544",
         f"Author: {AUTHOR}",
         f"Origin: vendor, fake-tensor patch set for PyTorch v1.13.1 (series sha256 {series_sha})",
-        "Bug: https://github.com/pytorch/pytorch/issues/80544",
+        "Bug: https://github.com/pytorch/pytorch/issues/80544",  # the trailer and the entry, once
         "Bug: https://github.com/pytorch/pytorch/pull/12345",
+        "Bug: https://github.com/pytorch/pytorch/issues/99",
         "Forwarded: no",
         "Last-Update: 2026-12-02",
     ]
     assert diff.startswith(" torch/_subclasses/meta_utils.py | 2 +-\n")
     assert "\ndiff --git a/torch/_subclasses/meta_utils.py b/torch/_subclasses/meta_utils.py\n" in diff
     second = (out / names[1]).read_text()
-    assert "\nForwarded: no\n" in second and "\nBug:" not in second
+    assert "\nForwarded: not-needed\n" in second and "\nBug:" not in second
+    assert "\n Upstream: Only 1.13 needs it.\n Later torch: still open\nAuthor:" in second
+    assert "\nDate: Fri, 4 Dec 2026 09:10:00 +0000\n" in read_series(project)[1].read_text()
+    assert "\nLast-Update: 2026-12-04\n" in second  # the patch's own date
     assert f"\nAuthor: {AUTHOR}\n" in second  # the other placeholder identity, replaced too
     assert "\nAuthor: Real Contributor <rc@example.org>\n" in (out / names[2]).read_text()
     for name in names:
@@ -239,39 +268,62 @@ def test_no_placeholder_identity_in_an_export(project: Project, runner: Runner, 
     assert IDENTITY["name"] not in "".join(p.read_text() for p in (tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize("how", ["environment", "git config"])
-def test_author_defaults_to_gits_configured_identity(project: Project, runner: Runner, tmp_path: Path,
-                                                     no_git_identity: None, how: str,
+def test_the_runners_git_identity_is_never_the_author(project: Project, runner: Runner, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    if how == "environment":
-        monkeypatch.setenv("GIT_AUTHOR_NAME", "Jane Packager")
-        monkeypatch.setenv("GIT_AUTHOR_EMAIL", "jane@example.org")
-    else:
-        config = tmp_path / "gitconfig"
-        config.write_text("[user]\n\tname = Jane Packager\n\temail = jane@example.org\n")
-        monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    export(project, runner, "quilt", tmp_path / "out", author=None)
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Random Runner")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "runner@example.org")
+    export(project, runner, "quilt", tmp_path / "out")
     first = (tmp_path / "out" / "0001-Weak-memo-for-converters.patch").read_text()
     assert f"\nAuthor: {AUTHOR}\n" in first
+    assert "Random Runner" not in "".join(p.read_text() for p in (tmp_path / "out").iterdir())
 
 
-def test_no_git_identity_fails_clearly_and_writes_nothing(project: Project, runner: Runner,
-                                                          tmp_path: Path, no_git_identity: None) -> None:
+@pytest.mark.parametrize("fmt", ["git", "quilt"])
+def test_signed_off_by_adds_a_trailer_to_each_patch_and_keeps_the_author(
+        project: Project, runner: Runner, tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture) -> None:
+    export(project, runner, fmt, tmp_path / "out", signed_off_by=SIGNER)
+    patches = sorted(p for p in (tmp_path / "out").glob("000[1-9]-*.patch"))
+    assert len(patches) == 3
+    for patch in patches:
+        text = patch.read_text()
+        assert text.count(f"Signed-off-by: {SIGNER}\n") == 1, patch.name
+    first = patches[0].read_text()
+    assert (f"\nFrom: {AUTHOR}\n" if fmt == "git" else f"\nAuthor: {AUTHOR}\n") in first
+    if fmt == "git":
+        assert f"the -c options make {SIGNER} the committer" in capsys.readouterr().out
+
+
+def test_no_series_author_fails_naming_the_command_and_writes_nothing(
+        project: Project, runner: Runner, tmp_path: Path) -> None:
+    author_file(project).unlink()
+    dp = package_tree(tmp_path / "pkg") / "debian/patches"
+    before = tree_hashes(dp)
     for fmt in ("git", "quilt"):
-        with pytest.raises(PatchsetError, match=r"no author .*--author 'Your Name <you@example.org>'"
-                                                r".*git config --global user.name"):
-            export(project, runner, fmt, tmp_path / "out", author=None)
+        with pytest.raises(PatchsetError, match=r"no series author: .*author.json is missing; the "
+                                                r"maintainer sets it once with ./build_scripts/patchset author set"):
+            export(project, runner, fmt, tmp_path / "out", signed_off_by=SIGNER)
         assert not (tmp_path / "out").exists()
+    with pytest.raises(PatchsetError, match="no series author"):
+        export(project, runner, None, debian_patches=dp)
+    assert tree_hashes(dp) == before
 
 
-def test_cli_without_identity_exits_1_naming_the_fix(project: Project, tmp_path: Path,
-                                                    no_git_identity: None) -> None:
+def test_cli_without_series_author_exits_1_naming_the_command(project: Project, tmp_path: Path) -> None:
     copy_tool(project.root)
+    author_file(project).unlink()
     proc = run_tool(project.root, "export", "--format", "git", "--out", str(tmp_path / "out"))
     assert proc.returncode == 1
-    assert "patchset export: error: no author for the exported patches" in proc.stderr
-    assert "--author" in proc.stderr and "git config --global user.email" in proc.stderr
+    assert "patchset export: error: no series author" in proc.stderr
+    assert "./build_scripts/patchset author set 'Name <email>'" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_author_set_writes_the_identity_file(project: Project) -> None:
+    copy_tool(project.root)
+    proc = run_tool(project.root, "author", "set", "Ada Lovelace <ada@example.org>")
+    assert proc.returncode == 0, proc.stderr
+    assert author_file(project).read_text() == (
+        '{\n  "name": "Ada Lovelace",\n  "email": "ada@example.org"\n}\n')
 
 
 @pytest.mark.parametrize("given, error", [
@@ -279,10 +331,28 @@ def test_cli_without_identity_exits_1_naming_the_fix(project: Project, tmp_path:
     ("jane@example.org", "not of the form 'Name <email>'"),
     ("Jane <not-an-address>", "not of the form 'Name <email>'"),
 ])
-def test_bad_author_is_refused(project: Project, runner: Runner, tmp_path: Path, given: str,
-                               error: str) -> None:
-    with pytest.raises(PatchsetError, match=error):
-        export(project, runner, "git", tmp_path / "out", author=given)
+def test_bad_identity_is_refused_by_author_set_and_signed_off_by(
+        project: Project, runner: Runner, tmp_path: Path, given: str, error: str) -> None:
+    copy_tool(project.root)
+    before = author_file(project).read_bytes()
+    proc = run_tool(project.root, "author", "set", given)
+    assert proc.returncode == 1 and error in proc.stderr
+    assert author_file(project).read_bytes() == before
+    with pytest.raises(PatchsetError, match=f"--signed-off-by .*{re.escape(error)}"):
+        export(project, runner, "git", tmp_path / "out", signed_off_by=given)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content, error", [
+    ("not json", "is not JSON"),
+    ('{"name": "Jane", "email": "jane@example.org", "date": "x"}', 'exactly "name" and "email"'),
+    ('{"name": "Jane", "email": "jane@example.invalid"}', "placeholder address"),
+])
+def test_bad_author_file_is_refused(project: Project, runner: Runner, tmp_path: Path, content: str,
+                                    error: str) -> None:
+    author_file(project).write_text(content)
+    with pytest.raises(PatchsetError, match=re.escape(error)):
+        export(project, runner, "quilt", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -366,10 +436,10 @@ def test_drop_in_refusals_change_nothing(project: Project, runner: Runner, tmp_p
         (dp / "series").write_text(DEBIAN_SERIES + f"fake-tensor/{first}\n")
     elif setup == "other author":
         export(project, runner, None, debian_patches=dp)
+        set_series_author(project, "Someone Else <else@example.org>")
     before = {p: p.read_bytes() for p in dp.rglob("*") if p.is_file()}
     with pytest.raises(PatchsetError, match=re.escape(error)):
-        export(project, runner, None, debian_patches=dp,
-               author="Someone Else <else@example.org>" if setup == "other author" else AUTHOR)
+        export(project, runner, None, debian_patches=dp)
     assert {p: p.read_bytes() for p in dp.rglob("*") if p.is_file()} == before
 
 
@@ -412,6 +482,17 @@ def test_patch_that_does_not_apply_writes_nothing(project: Project, runner: Runn
     first.write_text(first.read_text().replace("-    return 1", "-    return 7"))
     with pytest.raises(PatchsetError, match="git am failed"):
         export(project, runner, "git", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["git", "quilt"])
+def test_upstream_status_without_an_entry_is_refused_writing_nothing(
+        project: Project, runner: Runner, tmp_path: Path, fmt: str) -> None:
+    status = dict(STATUS)
+    del status["Fallback aliasing"]
+    (project.patches / "upstream-status.json").write_text(json.dumps(status))
+    with pytest.raises(PatchsetError, match="upstream-status.json: no entry for 'Fallback aliasing'"):
+        export(project, runner, fmt, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -1,10 +1,12 @@
 """`patchset lint`: upstream's pinned flake8 on the patched files of the series.
 
 The real lint runs here and must find nothing; its flake8 (from `.venv-lint`, made by the tool)
-is also shown to report a finding and to honour the checkout's `.flake8`.
+is also shown to report a finding and to honour the checkout's `.flake8`. Before flake8, lint
+checks patches/upstream-status.json: one entry per patch subject, known keys and values only.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build_scripts"))
 
-from patchset_lib import lint_cmd  # noqa: E402
+from conftest import run_tool, series_copy  # noqa: E402
+from patchset_lib import lint_cmd, upstream_status  # noqa: E402
 from patchset_lib.common import PatchsetError, Runner, find_project  # noqa: E402
 
 PROJECT = find_project(REPO / "build_scripts")
@@ -71,3 +74,45 @@ def test_lint_refuses_a_checkout_without_config(tmp_path: Path) -> None:
                            "--checkout", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 1
     assert "has no .lintrunner.toml or .flake8" in proc.stderr
+
+
+# ---- patches/upstream-status.json ----------------------------------------------------------------
+
+def test_the_series_has_a_valid_upstream_status_entry_per_patch() -> None:
+    subjects = upstream_status.series_subjects(PROJECT)
+    assert len(subjects) == len(lint_cmd.load_series(PROJECT))
+    assert upstream_status.status_problems(upstream_status.read_status(PROJECT), subjects) == []
+
+
+GOOD = {"forwarded": "no", "why": "Not yet sent.", "later_torch": "still open"}
+
+
+@pytest.mark.parametrize("status, problem", [
+    ({"A": GOOD}, "no entry for 'B'"),
+    ({"A": GOOD, "B": GOOD, "C": GOOD}, "entry 'C' names no patch of patches/series"),
+    ({"A": GOOD, "B": {**GOOD, "upstream": "x"}}, "'B': unknown key 'upstream'"),
+    ({"A": GOOD, "B": {**GOOD, "forwarded": "yes"}}, "'B': forwarded is 'yes', not one of no, not-needed"),
+    ({"A": GOOD, "B": {"forwarded": "no", "why": "x"}}, "'B': missing 'later_torch'"),
+    ({"A": GOOD, "B": {**GOOD, "bug": "https://github.com/pytorch/pytorch/issues/1"}},
+     "'B': bug must be a list of https:// URLs"),
+    ({"A": GOOD, "B": {**GOOD, "follows": "PR 80544"}}, "'B': follows must be one https:// URL"),
+    ({"A": GOOD, "B": {**GOOD, "why": ""}}, "'B': why must be one non-empty line"),
+])
+def test_upstream_status_problems_are_named(status: dict, problem: str) -> None:
+    assert problem in upstream_status.status_problems(status, ["A", "B"])
+
+
+def test_lint_fails_on_a_patch_without_an_entry(tmp_path: Path) -> None:
+    project = series_copy(tmp_path / "project")
+    status_path = project / "patches" / "upstream-status.json"
+    status = json.loads(status_path.read_text())
+    subject = next(iter(status))
+    del status[subject]
+    status["Not a patch"] = {"forwarded": "no", "why": "x", "later_torch": "y", "bugs": []}
+    status_path.write_text(json.dumps(status))
+    proc = run_tool(project, "lint")
+    assert proc.returncode == 1
+    assert f"no entry for {subject!r}" in proc.stderr
+    assert "entry 'Not a patch' names no patch of patches/series" in proc.stderr
+    assert "'Not a patch': unknown key 'bugs'" in proc.stderr
+    assert "flake8" not in proc.stdout  # refused before anything else ran

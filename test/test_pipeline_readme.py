@@ -21,18 +21,17 @@ from pathlib import Path
 from typing import Dict, List, Mapping
 
 import pytest
-from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, REPO, TOOL_LIB, git, package_tree, pristine_checkout,
-                      sha, tree_hashes)
+from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, MAINTAINER, REPO, TOOL_LIB, git, package_tree,
+                      pristine_checkout, series_copy, sha, tree_hashes)
 
 from patchset_lib import cli
-from patchset_lib.common import ABSENT, find_project, read_base_hashes
+from patchset_lib.common import ABSENT, base_pin, find_project, read_base_hashes
 
 README = REPO / "README.md"
 MAX_LINES = 200
 TWO_COMMANDS = ("./build_scripts/patchset run", "./build_scripts/patchset test")
 OWN_DIRS = ("PYTORCH", "OUT", "PKG")
-PREREQUISITES = ("./build_scripts/patchset setup && ./build_scripts/patchset overlay && "
-                 "./build_scripts/patchset install")
+PREREQUISITES = "./build_scripts/patchset setup"
 NAME, EMAIL = "Your Name", "you@example.org"
 EDIT_LINE = "PATCHSET_README_RECIPE_EDIT = True  # the edit recipe's change\n"
 
@@ -154,14 +153,16 @@ def applied_bytes(tmp_path: Path, base: Mapping[str, bytes]) -> Dict[str, bytes]
 
 
 def test_pr_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
+    project = series_copy(tmp_path / "project")
     checkout = v1131_checkout(tmp_path / "pytorch")
     env = no_identity_env(tmp_path / "home", PYTORCH=str(checkout), OUT=str(tmp_path / "out"))
-    run_recipe(recipe("pr"), REPO, env)
+    run_recipe(recipe("pr"), project, env)
     expected = applied_bytes(tmp_path, base_tree)
     assert {p: (checkout / p).read_bytes() for p in expected} == expected
-    log = subprocess.run(["git", "log", "--format=%an <%ae>|%cn <%ce>", "HEAD~1..HEAD"], cwd=checkout,
-                         env=env, capture_output=True, text=True, check=True).stdout
-    assert log.strip() == f"{NAME} <{EMAIL}>|{NAME} <{EMAIL}>"
+    log = subprocess.run(["git", "log", "--format=%an <%ae>|%cn <%ce>|%(trailers:only,unfold)", "HEAD~1..HEAD"],
+                         cwd=checkout, env=env, capture_output=True, text=True, check=True).stdout
+    # the series' author, never the packager, who signs off and commits
+    assert log.strip().split("|") == [MAINTAINER, f"{NAME} <{EMAIL}>", f"Signed-off-by: {NAME} <{EMAIL}>"]
     count = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=checkout, env=env,
                            capture_output=True, text=True, check=True).stdout
     assert int(count) == 1 + len((REPO / "patches" / "series").read_text().split())
@@ -172,8 +173,9 @@ def test_pr_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
 def test_debian_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
     pkg = package_tree(tmp_path / "pytorch-1.13.1+dfsg", base_tree)
     orig = tree_hashes(pkg)
+    project = series_copy(tmp_path / "project")
     env = no_identity_env(tmp_path / "home", PKG=str(pkg))
-    proc = run_recipe(recipe("debian"), REPO, env)
+    proc = run_recipe(recipe("debian"), project, env)
     series = (REPO / "patches" / "series").read_text().split()
     assert (pkg / "debian/patches/series").read_text() == DEBIAN_SERIES + "".join(
         f"fake-tensor/{name}\n" for name in series)
@@ -182,21 +184,33 @@ def test_debian_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
     assert after == {p: h for p, h in orig.items() if not p.startswith("debian/")}  # popped
     for name in series:
         text = (pkg / "debian/patches/fake-tensor" / name).read_text()
-        assert f"\nAuthor: {NAME} <{EMAIL}>\n" in text and ".invalid" not in text.split("\n---\n")[0]
-    again = run_recipe("\n".join(recipe("debian").splitlines()[:3]), REPO, env)
+        header = text.split("\n---\n")[0]
+        assert f"\nAuthor: {MAINTAINER}\n" in header and ".invalid" not in header
+        assert f" Signed-off-by: {NAME} <{EMAIL}>\n" in header
+    again = run_recipe("\n".join(recipe("debian").splitlines()[:3]), project, env)
     assert "already in place" in again.stdout
     assert sha((pkg / "debian/patches/0001-debian-setup.patch").read_bytes()) == sha(DEBIAN_OWN_PATCH)
 
 
+def project_venv(venv: Path) -> Path:
+    """A venv of the system python (as setup makes .venv) that borrows this project's pytest and
+    expecttest, so the copy's own overlay and hook can be installed without pip."""
+    system_python = base_pin(find_project(TOOL_LIB))["system_python"]
+    subprocess.run([system_python, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                   check=True)
+    borrowed = next((REPO / ".venv").glob("lib/python3.11/site-packages"))
+    next(venv.glob("lib/python3.11/site-packages")).joinpath("borrowed_pytest.pth").write_text(f"{borrowed}\n")
+    return venv
+
+
 def project_copy(root: Path) -> Path:
-    """This project's tool, series and overlay, sharing its .venv (whose hook the recipe's
-    --checkout run does not use): refresh and overlay write only the copy."""
-    for name in ("build_scripts", "patches", "torch_overlay"):
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "test").mkdir()
-    shutil.copyfile(REPO / "test/test_fake_tensor.py", root / "test/test_fake_tensor.py")
-    shutil.copytree(REPO / ".cache/pristine", root / ".cache/pristine")
-    (root / ".venv").symlink_to(REPO / ".venv")
+    """series_copy with a venv of its own, no torch_overlay/ but its MANIFEST and no hook:
+    refresh and overlay write only the copy, and `upstream-tests --checkout` must make the
+    overlay and install the hook itself."""
+    series_copy(root)
+    (root / "torch_overlay").mkdir()
+    shutil.copyfile(REPO / "torch_overlay/MANIFEST", root / "torch_overlay/MANIFEST")
+    project_venv(root / ".venv")
     return root
 
 
@@ -209,6 +223,7 @@ def test_edit_recipe(tmp_path: Path) -> None:
     old_patches = {p.name: p.read_text() for p in (project / "patches").glob("*.patch")}
     env = no_identity_env(tmp_path / "home", PYTORCH=str(checkout), EDITOR=str(editor))
     proc = run_recipe(recipe("edit"), project, env, drop=PREREQUISITES)
+    assert "installed import hook into" in proc.stdout  # upstream-tests made overlay and hook
     tested = proc.stdout.split("differing from", 1)[1].splitlines()[0]
     assert "torch/_subclasses/fake_tensor.py" in tested  # the edited checkout file is what ran
     assert "patched regressions: 0" in proc.stdout

@@ -196,7 +196,7 @@ def run_upstream_tests(project, runner, checkout):
 
 
 def test_run_chains_the_pipeline_and_returns_the_upstream_exit_code(
-    tmp_project: TmpProject, good_series: Dict[str, bytes]
+    tmp_project: TmpProject, good_series: Dict[str, bytes], base_files: Dict[str, bytes]
 ) -> None:
     lib = tmp_project.root / "build_scripts" / "patchset_lib"
     hook = lib / "overlay_hook.py"
@@ -207,8 +207,9 @@ def test_run_chains_the_pipeline_and_returns_the_upstream_exit_code(
     # and the real project venv (made by the setup that ran before these tests).
     tmp_project.write_tree(project.default_checkout)
     os.symlink(REPO / ".venv", project.venv)
-    # A checkout left patched by an OLDER series must be reset, not refused.
-    (project.default_checkout / META).write_bytes(b"# an older series\n")
+    # A patched checkout left by an OLDER series must be reset, not refused.
+    tmp_project.write_tree(project.patched_checkout)
+    (project.patched_checkout / META).write_bytes(b"# an older series\n")
 
     proc = tmp_project.tool("run")
 
@@ -216,11 +217,26 @@ def test_run_chains_the_pipeline_and_returns_the_upstream_exit_code(
     assert "reset base files" in proc.stdout and "applied 2 patches" in proc.stdout
     assert (project.root / "calls.log").read_text().splitlines() == [
         "install",
-        f"upstream {project.default_checkout} {hashlib.sha256(good_series[FAKE]).hexdigest()}",
+        f"upstream {project.patched_checkout} {hashlib.sha256(good_series[FAKE]).hexdigest()}",
     ]
     assert hashlib.sha256((project.overlay / META).read_bytes()).hexdigest() == \
         hashlib.sha256(good_series[META]).hexdigest()
-    assert (project.default_checkout / TEST).read_bytes() == good_series[TEST]
+    assert (project.patched_checkout / TEST).read_bytes() == good_series[TEST]
+    # .cache/checkout is never patched by run, and the summary says so
+    assert {p: (project.default_checkout / p).read_bytes() for p in base_files} == base_files
+    assert f"{project.default_checkout} untouched (pristine v1.13.1)" in proc.stdout
+
+
+def test_run_says_plainly_when_the_cached_checkout_is_not_pristine(
+    tmp_project: TmpProject, good_series: Dict[str, bytes]
+) -> None:
+    from patchset_lib.run_cmd import cached_checkout_note
+
+    project = Project(tmp_project.root)
+    tmp_project.write_tree(project.default_checkout, good_series)  # as `apply` leaves it
+    note = cached_checkout_note(project, Runner(echo=False))
+    assert note == (f"{project.default_checkout} is NOT pristine (patched: left so by `apply` or an "
+                    "older `run`); `./build_scripts/patchset pristine DIR` writes a pristine v1.13.1 tree")
 
 
 def test_tool_without_a_subcommand_module_fails_naming_it(tmp_project: TmpProject) -> None:

@@ -206,6 +206,9 @@ def installed_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Projec
     # Plugins of the borrowed environment (e.g. pytest-benchmark) are not the project venv's.
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     project = fixtures.make_project(tmp_path / "repo")
+    # No series: `upstream-tests --checkout` would make the real overlay over the synthetic one
+    # (test_pipeline_readme's edit recipe shows it making overlay and hook for the real series).
+    project.series_file.unlink()
     fixtures.make_venv(project.venv, system_site_packages=True)
     purelib = sysconfig.get_paths()["purelib"]
     (fixtures.site_packages(project.venv) / "borrowed_pytest.pth").write_text(purelib + "\n")
@@ -328,12 +331,12 @@ def test_checkout_without_the_series_is_refused(tmp_path: Path, installed_projec
         upstream_tests_cli(installed_project, checkout, "test_edit.py")
 
 
-def test_fresh_setup_is_told_overlay_then_install(tmp_path: Path) -> None:
+def test_fresh_setup_is_told_to_make_the_overlay(tmp_path: Path) -> None:
     project = fixtures.make_project(tmp_path / "repo")
     fixtures.make_venv(project.venv, system_site_packages=True)
     shutil.rmtree(project.overlay / "torch")
     checkout = make_checkout(tmp_path / "checkout")
-    with pytest.raises(PatchsetError, match=r"patchset overlay first, then ./build_scripts/patchset install$"):
+    with pytest.raises(PatchsetError, match=r"run ./build_scripts/patchset overlay first$"):
         ut.run_upstream_tests(project, Runner(log_file=None, echo=False), checkout,
                               [ut.Selection("test/test_synth.py")])
 

@@ -1,28 +1,26 @@
-"""Who an export names as the author of its patches.
+"""Who an export names as the author of its patches: the series' maintainer, never the runner.
 
 The commits of patches/ carry placeholder identities (patches/identity.json, under the `.invalid`
 domain, which no mail reaches): fixed, so that `refresh` and the tool's own `git am` give
 byte-identical patches on any machine. An export goes to a reviewer or into a package, so it
-names a real person instead: `--author "Name <email>"`, else git's configured identity (the
-GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL variables, then `author.*`/`user.*` config, never guessed from the
-host name), else the export fails, writing nothing, with the commands that set one.
-Only placeholder authors are replaced: a patch by someone else keeps its author.
+names a real person instead: the identity in patches/author.json, set once by the maintainer
+with `patchset author set "Name <email>"` and committed. Without it an export fails, writing
+nothing, naming that command. Only placeholder authors are replaced: a patch by someone else
+keeps its author. Whoever runs the export adds themselves only as a `Signed-off-by:` trailer.
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
-from .common import PatchsetError, Runner
+from .common import PatchsetError, Project, write_text_atomic
 
 PLACEHOLDER_DOMAIN = ".invalid"  # RFC 2606: reserved, never a real address
 IDENT = re.compile(r"^\s*(?P<name>[^<>\n]*[^<>\s])\s*<(?P<email>[^<>\s@]+@[^<>\s@]+)>\s*$")
-HOW_TO_SET = (
-    "pass --author 'Your Name <you@example.org>', or set git's identity: "
-    "git config --global user.name 'Your Name' && git config --global user.email you@example.org"
-)
+SET_COMMAND = "./build_scripts/patchset author set 'Name <email>'"
 
 
 class Author(NamedTuple):
@@ -42,33 +40,38 @@ def is_placeholder(email: str) -> bool:
     return email.lower().rstrip(">").endswith(PLACEHOLDER_DOMAIN)
 
 
-def parse_author(text: str, what: str = "--author") -> Author:
+def parse_author(text: str, what: str) -> Author:
     match = IDENT.match(text)
     if match is None:
         raise PatchsetError(f"{what} {text!r} is not of the form 'Name <email>'")
     author = Author(match["name"], match["email"])
     if is_placeholder(author.email):
         raise PatchsetError(f"{what} {author} is a placeholder address ({PLACEHOLDER_DOMAIN} "
-                            f"receives no mail); {HOW_TO_SET}")
+                            "receives no mail); give a real one")
     return author
 
 
-def configured_author(runner: Runner, cwd: Path) -> Optional[Author]:
-    """git's author identity as the user configured it (environment or config), or None."""
-    proc = runner.git("-c", "user.useConfigOnly=true", "var", "GIT_AUTHOR_IDENT", cwd=cwd,
-                      capture=True, check=False)
-    if proc.returncode != 0:
-        return None
-    ident = proc.stdout.strip().rsplit(" ", 2)[0]  # drop "<timestamp> <tz>"
-    return parse_author(ident, "git's configured identity")
+def author_file(project: Project) -> Path:
+    return project.patches / "author.json"
 
 
-def export_author(runner: Runner, given: Optional[str], cwd: Path) -> Author:
-    """The author an export names: --author, else git's configured identity, else an error."""
-    if given is not None:
-        return parse_author(given)
-    author = configured_author(runner, cwd)
-    if author is None:
-        raise PatchsetError("no author for the exported patches (git has no identity "
-                            f"configured); {HOW_TO_SET}")
+def series_author(project: Project) -> Author:
+    """The maintainer of patches/author.json, checked as `author set` checks it."""
+    path = author_file(project)
+    if not path.is_file():
+        raise PatchsetError(f"no series author: {path} is missing; the maintainer sets it once "
+                            f"with {SET_COMMAND} and commits it")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise PatchsetError(f"{path} is not JSON ({exc}); set it again with {SET_COMMAND}") from exc
+    if not isinstance(data, dict) or sorted(data) != ["email", "name"]:
+        raise PatchsetError(f"{path} must hold exactly \"name\" and \"email\"; set it again with {SET_COMMAND}")
+    return parse_author(f"{data['name']} <{data['email']}>", str(path))
+
+
+def set_series_author(project: Project, text: str) -> Author:
+    author = parse_author(text, "the series author")
+    write_text_atomic(author_file(project),
+                      json.dumps({"name": author.name, "email": author.email}, indent=2) + "\n")
     return author

@@ -16,6 +16,7 @@ from .common import PatchsetError, Runner, find_project
 # Order is the order of `--help`.
 SUBCOMMAND_MODULES = [
     "setup_cmd",
+    "pristine_cmd",
     "apply_cmd",
     "overlay_cmd",
     "install_cmd",
@@ -25,6 +26,7 @@ SUBCOMMAND_MODULES = [
     "status_cmd",
     "bench_cmd",
     "crossref_cmd",
+    "author_cmd",
     "export_cmd",
     "refresh_cmd",
     "source_build_cmd",

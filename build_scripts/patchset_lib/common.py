@@ -27,6 +27,13 @@ def raise_if(error: Optional[str]) -> None:
         raise PatchsetError(error)
 
 
+def check_out_dir(out: Path) -> Optional[str]:
+    """None when `out` can be written into: absent, or an empty directory."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return f"{out} exists and is not an empty directory"
+    return None
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".patchset-tmp")
     tmp.write_text(text)
@@ -83,7 +90,13 @@ class Project:
 
     @property
     def default_checkout(self) -> Path:
+        """The cached v1.13.1 tree: pristine unless `apply` was asked to patch it."""
         return self.cache / "checkout" / base_pin(self)["tree_dir"]
+
+    @property
+    def patched_checkout(self) -> Path:
+        """The cached v1.13.1 tree `run` applies the series to (never .cache/checkout)."""
+        return self.cache / "patched-checkout" / base_pin(self)["tree_dir"]
 
     @property
     def venv(self) -> Path:

@@ -1,10 +1,13 @@
 """`patchset export --format git|quilt --out DIR`: the series for a PR or for a Debian package;
-`export --debian-patches DIR`: the quilt export dropped into a package's debian/patches.
+`export --debian-patches DIR`: the quilt export dropped into a package's debian/patches;
+`export --conda-forge DIR`: the git patches without cover letter and a meta.yaml fragment.
 
 Both formats start the same way: a temp repo holding the pristine base files (one commit with a
 fixed identity, see `series_io.make_base_repo`), `git am` of patches/ on top, then every commit
-whose author is a placeholder (see `authorship`) gets the exporter as author and committer, so
-the result depends on the author given and nothing else of the machine, its git config or clock.
+whose author is a placeholder (see `authorship`) gets the series author of patches/author.json
+as author and committer, and with `--signed-off-by` every commit that person's `Signed-off-by:`
+trailer, so the result depends on patches/ and that option and nothing else of the machine, the
+git config of whoever runs it or the clock.
 
 git: `git format-patch --cover-letter --from=<author>`, numbered `[PATCH n/m]`, for `git am` on
 a v1.13.1 checkout. The cover letter's subject and blurb come from patches/cover-letter.txt
@@ -16,11 +19,15 @@ quilt: a `debian/patches` directory (`series` + one file per patch) whose patche
 headers before the diff. Per-patch DEP-3 metadata lives in the commit message as git trailers in
 its last paragraph, so it travels with the commit through `git am`, rebases and `refresh`:
     Bug: https://github.com/pytorch/pytorch/issues/80544
-    Forwarded: no
-(also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header;
-Forwarded defaults to `no`. Origin names the series by the sha256 of its patch files (no URL),
-Last-Update is the date of patches/identity.json. `debian_dropin` puts these files into a
+(also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header.
+Where each patch stands upstream comes from patches/upstream-status.json (`upstream_status`):
+Forwarded, more Bug: lines, and the Description's last paragraph. Origin names the series by the sha256 of its patch files (no URL),
+Last-Update is the patch's own date (its commit's author date, the `Date:` of the patch file). `debian_dropin` puts these files into a
 package's debian/patches after its own.
+
+conda-forge: the git export's patches (conda-build applies each with `patch -p1`; the mail header
+before the diff is ignored) and `meta.yaml`, a fragment listing them as `source: patches:` in
+series order, to merge into a recipe building the pytorch 1.13.1 source.
 """
 from __future__ import annotations
 
@@ -32,14 +39,14 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import series_io
-from .authorship import Author, export_author, is_placeholder
+from .authorship import Author, is_placeholder, parse_author, series_author
 from .common import (
     add_command,
     PatchsetError,
     Project,
     Runner,
     base_pin,
-    identity,
+    check_out_dir,
     raise_if,
     read_base_hashes,
     read_series,
@@ -47,6 +54,7 @@ from .common import (
 )
 from .debian_dropin import DEFAULT_SUBDIR, SERIES, plan_drop_in, write_drop_in
 from .generated_tests import GENERATED_TESTS, check_tests
+from .upstream_status import checked_status, description_paragraph, later_torch_section, series_subjects
 
 COVER_LETTER = "cover-letter.txt"
 DEP3_TRAILERS = ("Bug", "Bug-Debian", "Forwarded", "Applied-Upstream")
@@ -54,12 +62,7 @@ GIT_EXPORT_OPTIONS: Sequence[str] = (
     "--zero-commit", "--no-signature", "--full-index", "--stat=80", "--numbered",
     "--cover-letter", "--cover-from-description=subject",
 )
-
-
-def check_out_dir(out: Path) -> Optional[str]:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return f"{out} exists and is not an empty directory"
-    return None
+CONDA_META = "meta.yaml"
 
 
 def check_series(series: Sequence[Path]) -> Optional[str]:
@@ -70,14 +73,15 @@ def check_series(series: Sequence[Path]) -> Optional[str]:
 
 
 def author_env(project: Project, author: Author) -> Dict[str, str]:
-    """The exporter as committer, at the fixed date: the export depends on nothing else."""
+    """The series author as committer, at the fixed date: the export depends on nothing else."""
     return {**series_io.am_env(project), "GIT_COMMITTER_NAME": author.name,
             "GIT_COMMITTER_EMAIL": author.email}
 
 
-def series_repo(project: Project, runner: Runner, workdir: Path, author: Author) -> Tuple[Path, str]:
+def series_repo(project: Project, runner: Runner, workdir: Path, author: Author,
+                signer: Optional[Author]) -> Tuple[Path, str]:
     """Temp repo = pristine base commit + `git am` of patches/, placeholder authors replaced by
-    `author`; returns (repo, base commit)."""
+    `author`, each commit signed off by `signer` if given; returns (repo, base commit)."""
     series = read_series(project) if project.series_file.is_file() else []
     error = check_series(series)
     if error:
@@ -87,7 +91,8 @@ def series_repo(project: Project, runner: Runner, workdir: Path, author: Author)
     base = series_io.make_base_repo(pristine, repo, runner)
     series_io.am_series(repo, series, runner, series_io.am_env(project))
     series_io.reauthor(repo, base, lambda name, email: author if is_placeholder(email) else None,
-                       runner, author_env(project, author))
+                       runner, author_env(project, author),
+                       [f"Signed-off-by: {signer}"] if signer is not None else [])
     warning = check_tests(project, series_io.read_files(repo, [p for p in GENERATED_TESTS
                                                                if (repo / p).is_file()]))
     if warning:
@@ -108,14 +113,15 @@ def base_paragraph(project: Project) -> str:
     )
 
 
-def cover_description(project: Project) -> str:
+def cover_description(project: Project, status: Mapping[str, Mapping[str, object]]) -> str:
     path = project.patches / COVER_LETTER
     if not path.is_file():
         raise PatchsetError(f"{path} is missing (first paragraph: subject; then the blurb)")
     text = path.read_text().strip()
     if not text:
         raise PatchsetError(f"{path} is empty")
-    return text + "\n\n" + base_paragraph(project)
+    return (text + "\n\n" + base_paragraph(project) + "\n"
+            + later_torch_section(status, series_subjects(project)))
 
 
 def add_base_commit(cover: Path, commit: Optional[str]) -> None:
@@ -125,15 +131,23 @@ def add_base_commit(cover: Path, commit: Optional[str]) -> None:
         cover.write_text(cover.read_text().rstrip("\n") + f"\n\nbase-commit: {commit}\n")
 
 
-def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author) -> List[Path]:
-    repo, base = series_repo(project, runner, workdir, author)
-    runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project),
+def git_series(project: Project, runner: Runner, workdir: Path, author: Author,
+               signer: Optional[Author]) -> List[Path]:
+    """The git export in workdir/git: the cover letter first, then the patches in series order."""
+    status = checked_status(project)
+    repo, base = series_repo(project, runner, workdir, author, signer)
+    runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project, status),
                cwd=repo, env=series_io.isolated_env(), capture=True)
     made = series_io.format_patches(repo, f"{base}..HEAD", workdir / "git", runner,
                                     [*GIT_EXPORT_OPTIONS, "--no-base", f"--from={author}"],
                                     author_env(project, author))
     add_base_commit(made[0], base_pin(project).get("upstream_commit"))
-    return copy_files(made, out)
+    return made
+
+
+def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
+               signer: Optional[Author]) -> List[Path]:
+    return copy_files(git_series(project, runner, workdir, author, signer), out)
 
 
 def copy_files(files: Sequence[Path], out: Path) -> List[Path]:
@@ -145,15 +159,34 @@ def copy_files(files: Sequence[Path], out: Path) -> List[Path]:
     return written
 
 
+# ---- conda-forge -------------------------------------------------------------------------------
+
+
+def conda_meta_fragment(patches: Sequence[Path]) -> str:
+    listed = "".join(f"    - {p.name}\n" for p in patches)
+    return ("# meta.yaml fragment for a conda-forge recipe: the fake-tensor patch set in series order;\n"
+            "# each patch applies with `patch -p1` to the pytorch 1.13.1 source.\n"
+            "source:\n  patches:\n" + listed)
+
+
+def export_conda(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
+                 signer: Optional[Author]) -> List[Path]:
+    patches = copy_files(git_series(project, runner, workdir, author, signer)[1:], out)  # no cover
+    (out / CONDA_META).write_text(conda_meta_fragment(patches))
+    return [*patches, out / CONDA_META]
+
+
 # ---- quilt -------------------------------------------------------------------------------------
 
 
 def commit_meta(repo: Path, rev: str, runner: Runner) -> Dict[str, str]:
-    fmt = "%an%x00%ae%x00%s%x00%b%x00%(trailers:only,unfold)"
+    """The commit's author, its date (the patch's `Date:`, YYYY-MM-DD) and its message parts."""
+    fmt = "%an%x00%ae%x00%as%x00%s%x00%b%x00%(trailers:only,unfold)"
     out = runner.git("log", "-1", f"--format={fmt}", rev, cwd=repo, env=series_io.isolated_env(),
                      capture=True).stdout
-    name, email, subject, body, trailers = out.split("\0")
-    return {"name": name, "email": email, "subject": subject, "body": body, "trailers": trailers}
+    name, email, date, subject, body, trailers = out.split("\0")
+    return {"name": name, "email": email, "date": date, "subject": subject, "body": body,
+            "trailers": trailers}
 
 
 def parse_trailers(text: str) -> List[Tuple[str, str]]:
@@ -182,17 +215,20 @@ def description_field(subject: str, body: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dep3_header(meta: Mapping[str, str], origin: str, last_update: str) -> str:
+def dep3_header(meta: Mapping[str, str], origin: str, status: Mapping[str, object]) -> str:
+    """DEP-3 fields from the commit (author, date, trailers) and its upstream-status entry
+    (Forwarded, more Bug: lines, the Description's last paragraph)."""
     trailers = parse_trailers(meta["trailers"])
     dep3 = [(k, v) for k, v in trailers if k in DEP3_TRAILERS]
-    fields = dict(dep3)
-    header = description_field(meta["subject"], strip_trailers(meta["body"], dep3))
+    bugs = [("Bug", url) for url in status.get("bug", []) if ("Bug", url) not in dep3]
+    body = strip_trailers(meta["body"], dep3) + "\n\n" + description_paragraph(status)
+    header = description_field(meta["subject"], body)
     header += f"Author: {meta['name']} <{meta['email']}>\n"
     header += f"Origin: {origin}\n"
     for key in ("Bug", "Bug-Debian", "Applied-Upstream"):  # each trailer, several Bug: included
-        header += "".join(f"{k}: {v}\n" for k, v in dep3 if k == key)
-    header += f"Forwarded: {fields.get('Forwarded', 'no')}\n"
-    header += f"Last-Update: {last_update}\n"
+        header += "".join(f"{k}: {v}\n" for k, v in [*dep3, *bugs] if k == key)
+    header += f"Forwarded: {status['forwarded']}\n"
+    header += f"Last-Update: {meta['date']}\n"
     return header
 
 
@@ -214,17 +250,19 @@ def origin_text(project: Project, patches: Sequence[Path]) -> str:
     return f"vendor, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
 
 
-def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author) -> List[Path]:
-    repo, base = series_repo(project, runner, workdir, author)
+def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
+                 signer: Optional[Author]) -> List[Path]:
+    status = checked_status(project)
+    repo, base = series_repo(project, runner, workdir, author, signer)
     patches = series_io.format_series(repo, base, workdir / "canonical", runner)
     revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo,
                       env=series_io.isolated_env(), capture=True).stdout.split()
     origin = origin_text(project, read_series(project))  # the series as patches/ holds it
-    last_update = identity(project)["date"][:10]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for rev, patch in zip(revs, patches):
-        header = dep3_header(commit_meta(repo, rev, runner), origin, last_update)
+        meta = commit_meta(repo, rev, runner)
+        header = dep3_header(meta, origin, status[meta["subject"]])
         target = out / patch.name
         target.write_text(header + "---\n" + diff_part(patch.read_text()))
         written.append(target)
@@ -232,37 +270,45 @@ def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, aut
     return written
 
 
-def git_am_hint(out: Path, author: Author) -> str:
-    return ("apply on a v1.13.1 git checkout (all but the cover letter; the -c options make you "
-            "the committer, so a machine without a git identity works too):\n"
+def git_am_hint(out: Path, committer: Author) -> str:
+    return (f"apply on a v1.13.1 git checkout (all but the cover letter; the -c options make "
+            f"{committer} the committer, so a machine without a git identity works too):\n"
             f"  ls {out}/*.patch | grep -v /0000-cover-letter.patch | xargs git "
-            f"{author.git_config_args()} am")
+            f"{committer.git_config_args()} am")
 
 
 def export_format(args: argparse.Namespace) -> str:
     if args.debian_patches is not None:
         raise_if("--debian-patches takes the quilt format only" if args.format == "git" else None)
         return "quilt"
+    if args.conda_forge is not None:
+        raise_if("--conda-forge takes the git format only" if args.format == "quilt" else None)
+        return "conda-forge"
     raise_if("--out needs --format git or --format quilt" if args.format is None else None)
     return args.format
 
 
 def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     fmt = export_format(args)
-    author = export_author(runner, args.author, Path.cwd())
-    exporter = export_git if fmt == "git" else export_quilt
+    author = series_author(project)
+    signer = None if args.signed_off_by is None else parse_author(args.signed_off_by, "--signed-off-by")
     if args.debian_patches is not None:
-        return drop_into_debian_patches(project, runner, args, author)
-    out = Path(args.out).resolve()
+        return drop_into_debian_patches(project, runner, args, author, signer)
+    exporter = {"git": export_git, "quilt": export_quilt, "conda-forge": export_conda}[fmt]
+    out = Path(args.out if args.conda_forge is None else args.conda_forge).resolve()
     raise_if(check_out_dir(out))
     with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
         staged = Path(tmp) / "out"  # written in full before anything reaches --out
-        files = exporter(project, runner, Path(tmp), staged, author)
+        files = exporter(project, runner, Path(tmp), staged, author, signer)
         shutil.copytree(staged, out, dirs_exist_ok=True)
     for path in files:
         print(out / path.name)
     if fmt == "git":
-        print(git_am_hint(out, author))
+        print(git_am_hint(out, signer or author))
+    elif fmt == "conda-forge":
+        print(f"conda-forge: copy the patches beside the recipe's meta.yaml and merge {out / CONDA_META} "
+              "into its `source:` (the pytorch 1.13.1 source); conda-build applies them in that "
+              "order with `patch -p1`")
     else:
         print(f"apply: QUILT_PATCHES={out} quilt push -a (in the source tree); for a Debian "
               f"package: ./build_scripts/patchset export --debian-patches <package>/debian/patches")
@@ -270,10 +316,10 @@ def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> in
 
 
 def drop_into_debian_patches(project: Project, runner: Runner, args: argparse.Namespace,
-                             author: Author) -> int:
+                             author: Author, signer: Optional[Author]) -> int:
     target = Path(args.debian_patches).resolve()
     with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
-        files = export_quilt(project, runner, Path(tmp), Path(tmp) / "out", author)
+        files = export_quilt(project, runner, Path(tmp), Path(tmp) / "out", author, signer)
         plan = plan_drop_in(target, args.subdir, {p.name: p.read_bytes() for p in files})
         write_drop_in(plan)
     if plan.changes_nothing:
@@ -291,22 +337,26 @@ def drop_into_debian_patches(project: Project, runner: Runner, args: argparse.Na
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(
         subparsers, "export", cmd_export,
-        help="export the series for a PR (git) or for a Debian package (quilt)",
+        help="export the series for a PR (git), a Debian package (quilt) or a conda-forge recipe",
         description="Write the series as git format-patch files with a cover letter, or as a "
-                    "debian/patches directory with DEP-3 headers (byte-reproducible for a given "
-                    "author), or drop the quilt patches into a package's debian/patches after "
-                    "its own.",
+                    "debian/patches directory with DEP-3 headers (byte-reproducible), or drop the quilt patches into a package's debian/patches after "
+                    "its own, or write the git patches with a meta.yaml fragment for a conda-forge recipe.",
     )
     parser.add_argument("--format", choices=["git", "quilt"],
-                        help="required with --out; --debian-patches implies quilt")
+                        help="required with --out; --debian-patches implies quilt, --conda-forge git")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", metavar="DIR", help="empty or new directory to write into")
     where.add_argument("--debian-patches", metavar="DIR",
                        help="a package's debian/patches (a quilt directory with a series file): "
                             "the patches go to DIR/SUBDIR/, their entries are appended to "
                             "DIR/series after the package's own; a second run changes nothing")
+    where.add_argument("--conda-forge", metavar="DIR",
+                       help="empty or new directory for a conda-forge recipe: the git patches "
+                            "(no cover letter; `patch -p1`) and meta.yaml's `source: patches:` "
+                            "listing them in series order")
     parser.add_argument("--subdir", default=DEFAULT_SUBDIR,
                         help=f"subdirectory of --debian-patches for the patches (default: {DEFAULT_SUBDIR})")
-    parser.add_argument("--author", metavar="'NAME <EMAIL>'",
-                        help="the patches' author (default: git's configured identity; "
-                             "exports never carry the placeholder identity of patches/)")
+    parser.add_argument("--signed-off-by", metavar="'NAME <EMAIL>'",
+                        help="add a `Signed-off-by:` trailer naming you to each exported patch "
+                             "(the author is always the series author of patches/author.json, "
+                             "set by the maintainer with `patchset author set`)")

@@ -4,7 +4,8 @@ Upstream lints with lintrunner, whose FLAKE8 linter pins flake8 and its plugins 
 checkout's `.lintrunner.toml` (`init_command`); a PR that fails it is not ready to submit.
 We install exactly those pins from PyPI into `.venv-lint` (made from an older Python, which
 flake8 3.8.2 predates 3.10 for) and run flake8 with the checkout's `.flake8` in a temporary
-tree holding that config and the series' files after the whole series.
+tree holding that config and the series' files after the whole series. First it checks
+patches/upstream-status.json against the series (see `upstream_status`).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from .series import load_series, patched_result, touched_paths
 from .common import PatchsetError, Project, Runner, add_command
 from .pyfind import find_python
+from .upstream_status import checked_status, status_file
 from .venvs import ensure_pinned_venv, venv_python
 
 LINT_VENV = ".venv-lint"
@@ -106,6 +108,8 @@ def lint(project: Project, runner: Runner, checkout: Path) -> List[str]:
 
 def cmd_lint(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     checkout = Path(args.checkout).resolve() if args.checkout else project.default_checkout
+    status = checked_status(project)  # refused, naming every problem, before flake8 runs
+    print(f"lint: {status_file(project)}: one valid entry for each of the {len(status)} patches")
     return 1 if lint(project, runner, checkout) else 0
 
 
@@ -113,7 +117,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(
         subparsers, "lint", cmd_lint,
         help="upstream's pinned flake8 over the files the series touches, patched",
-        description="Install the flake8 pins of the checkout's .lintrunner.toml into .venv-lint "
+        description="Check patches/upstream-status.json (an entry per patch subject, known keys "
+                    "and values only), then install the flake8 pins of the checkout's .lintrunner.toml into .venv-lint "
                     "and run flake8 with the checkout's .flake8 over the series' files after the "
                     "whole series; exit 1 on any finding.",
     )

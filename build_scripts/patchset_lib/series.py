@@ -259,11 +259,10 @@ def check_result(checkout: Path, expected: Mapping[str, str]) -> Optional[str]:
     return None
 
 
-def reset_cached_checkout(project: Project, runner: Runner) -> Optional[str]:
-    """Put the pristine base files back into the tool's OWN cached checkout when it holds neither
-    the base nor the current series (e.g. an older version of the series); returns what was done.
-    Only for .cache/checkout: a user's checkout is never reset."""
-    checkout = project.default_checkout
+def reset_cached_checkout(project: Project, runner: Runner, checkout: Path) -> Optional[str]:
+    """Put the pristine base files back into one of the tool's OWN cached checkouts when it holds
+    neither the base nor the current series (e.g. an older version of the series); returns what
+    was done. Only for .cache/: a user's checkout is never reset."""
     if not checkout.is_dir():
         return None
     state = checkout_state(checkout, read_base_hashes(project), hashes(patched_result(project, runner)))

@@ -168,9 +168,10 @@ def am_series(repo: Path, patches: Sequence[Path], runner: Runner, env: Mapping[
 
 
 def reauthor(repo: Path, base: str, replace: Callable[[str, str], Optional[Tuple[str, str]]],
-             runner: Runner, env: Mapping[str, str]) -> None:
+             runner: Runner, env: Mapping[str, str], trailers: Sequence[str] = ()) -> None:
     """Rewrite base..HEAD of repo's branch, giving each commit for which replace(name, email)
-    returns a (name, email) that author; trees, messages and author dates stay as they were."""
+    returns a (name, email) that author and every commit the `trailers` (`Key: value`, added by
+    `git interpret-trailers`); trees, the rest of the messages and author dates stay as they were."""
     revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo, env=isolated_env(),
                       capture=True).stdout.split()
     parent = base
@@ -180,6 +181,9 @@ def reauthor(repo: Path, base: str, replace: Callable[[str, str], Optional[Tuple
         name, email = replace(name, email) or (name, email)
         message = runner.git("cat-file", "commit", rev, cwd=repo, env=isolated_env(),
                              capture=True).stdout.split("\n\n", 1)[1]
+        if trailers:
+            message = runner.git("interpret-trailers", *[a for t in trailers for a in ("--trailer", t)],
+                                 cwd=repo, env=isolated_env(), input=message, capture=True).stdout
         author = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
         parent = runner.git("commit-tree", f"{rev}^{{tree}}", "-p", parent, cwd=repo,
                             env={**isolated_env(), **env, **author}, input=message,

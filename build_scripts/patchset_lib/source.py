@@ -13,7 +13,19 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .common import ABSENT, PatchsetError, Project, Runner, base_pin, file_digest, read_base_hashes, sha256_file
+from .common import (
+    ABSENT,
+    PatchsetError,
+    Project,
+    Runner,
+    base_pin,
+    check_base_hashes,
+    check_out_dir,
+    file_digest,
+    raise_if,
+    read_base_hashes,
+    sha256_file,
+)
 
 SYSTEM_SOURCE_LIST = Path("/etc/apt/sources.list")
 SYSTEM_SOURCE_PARTS = Path("/etc/apt/sources.list.d")
@@ -179,27 +191,39 @@ def ensure_tarball(project: Project, runner: Runner) -> Path:
 
 # --- checkout and pristine files ----------------------------------------------------------
 
-def checkout_root(project: Project) -> Path:
-    return project.default_checkout.parent
+def extract_tree(runner: Runner, tarball: Path, top: str, target: Path) -> Path:
+    """The tarball's top directory `top` as `target` (absent or an empty directory). Extracted
+    beside it and renamed, so an interrupted run leaves no half tree."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"source: extracting {tarball.name} into {target}", flush=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".extract-") as tmp:
+        runner.run(["tar", "-xJf", tarball, "-C", tmp, "--no-same-owner"])
+        extracted = Path(tmp) / top
+        if not extracted.is_dir():
+            raise PatchsetError(f"{tarball.name} has no top directory {top}/")
+        extracted.rename(target)
+    return target
+
+
+def ensure_extracted(project: Project, runner: Runner, target: Path) -> Path:
+    """Extract the verified orig tarball as target (a tree of the tool's cache) unless it is there."""
+    if target.is_dir():
+        return target
+    return extract_tree(runner, ensure_tarball(project, runner), base_pin(project)["tree_dir"], target)
 
 
 def ensure_checkout(project: Project, runner: Runner) -> Path:
-    """Extract the verified orig tarball into .cache/checkout/ unless it is already there."""
-    target = project.default_checkout
-    if target.is_dir():
-        return target
-    tarball = ensure_tarball(project, runner)
-    root = checkout_root(project)
-    root.mkdir(parents=True, exist_ok=True)
-    print(f"source: extracting {tarball.name} into {root}", flush=True)
-    # Extract beside the target and rename, so an interrupted run leaves no half tree.
-    with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
-        runner.run(["tar", "-xJf", tarball, "-C", tmp, "--no-same-owner"])
-        extracted = Path(tmp) / target.name
-        if not extracted.is_dir():
-            raise PatchsetError(f"{tarball.name} has no top directory {target.name}/")
-        extracted.rename(target)
-    return target
+    return ensure_extracted(project, runner, project.default_checkout)
+
+
+def write_pristine_tree(project: Project, runner: Runner, dest: Path) -> Path:
+    """A pristine v1.13.1 tree at dest (absent or empty), from the verified orig tarball, its
+    base files checked against patches/base.sha256."""
+    raise_if(check_out_dir(dest))
+    extract_tree(runner, ensure_tarball(project, runner), base_pin(project)["tree_dir"], dest)
+    raise_if(check_base_hashes(read_base_hashes(project), lambda path: file_digest(dest / path),
+                               lambda path: str(dest / path)))
+    return dest
 
 
 def check_pristine(project: Project) -> Optional[str]:

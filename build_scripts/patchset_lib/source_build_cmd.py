@@ -369,8 +369,8 @@ def cmd_source_build(project: Project, runner: Runner, args: argparse.Namespace)
     if args.preflight:
         return 0
     if not args.checkout:
-        # the tool's own cache, left patched by an older series (as `run` does): a user's is never reset
-        reset = reset_cached_checkout(project, runner)
+        # the tool's own cache, left patched by an older series: a user's is never reset
+        reset = reset_cached_checkout(project, runner, checkout)
         if reset:
             print(f"source-build: {reset}", flush=True)
     started = time.monotonic()

@@ -3,7 +3,8 @@
 Both sides use the project `.venv`: the patched side with the import hook on, the unpatched
 side with PATCHSET_OVERLAY=0 (Debian's system torch). With `--checkout DIR` the patched side
 loads the overlaid modules from DIR's own torch/ files (a checkout edited after `apply` is
-tested as edited; an unpatched one is refused); without it, from torch_overlay/, and the
+tested as edited; an unpatched one is refused; torch_overlay/ and the .venv hook are made
+first, as `run` does); without it, from torch_overlay/, and the
 cached checkout gives only its test/ files. A tiny pytest plugin records, inside each run,
 which files the overlaid modules were loaded from, so a side that silently ran the wrong torch
 is an error rather than a misleading table.
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .common import PatchsetError, Project, Runner, add_command, raise_if
-from .overlay import check_overlay_files, read_manifest
-from .overlay_hook import check_overlay_hook
+from .overlay import check_overlay_files, ensure_overlay, read_manifest
+from .overlay_hook import install_project_venv
 from .project_venv import check_project_venv
 from .sides import (
     SIDES,
@@ -214,10 +215,7 @@ def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
         if error is not None:
             raise PatchsetError(error)
     entries = read_manifest(project)
-    error = check_overlay_files(project, entries)
-    if error is not None and python is None and check_overlay_hook(project) is not None:
-        error += ", then ./build_scripts/patchset install"  # name every step a fresh setup lacks
-    raise_if(error)
+    raise_if(check_overlay_files(project, entries))
     torch_dir = checked_torch_dir(project, runner, python or project.venv_python, entries)
     if checkout_modules:
         raise_if(check_checkout_modules(checkout, entries))
@@ -276,6 +274,15 @@ def compare_selection(project: Project, runner: Runner, checkout: Path, selectio
     return bad
 
 
+def prepare_for_checkout(project: Project, runner: Runner, python: Optional[Path]) -> None:
+    """As `run` does before its tests: torch_overlay/ from base + series (the MANIFEST names the
+    modules the checkout's files replace) and, for the project .venv, the hook that loads it."""
+    written = ensure_overlay(project, runner)
+    print(f"overlay:  {'wrote ' + ', '.join(written) if written else 'up to date'}", flush=True)
+    if python is None:
+        install_project_venv(project, runner)
+
+
 def cmd_upstream_tests(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     checkout = Path(args.checkout).resolve() if args.checkout else project.default_checkout
     if args.files:
@@ -289,6 +296,8 @@ def cmd_upstream_tests(project: Project, runner: Runner, args: argparse.Namespac
             raise PatchsetError(f"no interpreter at {python}")
         if python == Path(os.path.abspath(project.venv_python)):
             python = None
+    if args.checkout and project.series_file.is_file():
+        prepare_for_checkout(project, runner, python)
     return run_upstream_tests(project, runner, checkout, selections, python,
                               checkout_modules=args.checkout is not None)
 
@@ -301,7 +310,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkout", metavar="DIR",
                         help="a PyTorch 1.13.1 checkout with the series applied (`apply --checkout "
                              "DIR`), maybe edited since: its test files run, and the patched side "
-                             "imports its own torch/ files for the modules the series changes "
+                             "imports its own torch/ files for the modules the series changes; "
+                             "torch_overlay/ and the .venv hook are made first, as `run` does "
                              "(default: the cached checkout's test files, with torch_overlay/)")
     parser.add_argument(
         "--files", nargs="+", metavar="FILE",

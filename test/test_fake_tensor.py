@@ -1869,53 +1869,8 @@ class DenseLeafConversionTest(TestCase):
         self.assertEqual(recorder.log, [])
         self.assertIsInstance(f, FakeTensor)
 
-    @parametrize("requires_grad", [False, True])
-    def test_converted_fake_carries_what_the_constructor_sets(self, requires_grad):
-        # the converter wraps the meta without FakeTensor.__init__ (its checks are made
-        # already): the fake must carry what a constructed one carries, but for the
-        # memo's owner
-        def described(f):
-            keys = sorted(key for key in f.__dict__ if key != "_python_owner")
-            return (type(f), keys, f.fake_device, f.fake_mode is mode, f.constant,
-                    f.requires_grad, f.is_leaf, f.device, repr(torch._C._dispatch_keys(f)))
-
-        x = torch.randn(3, 4, requires_grad=requires_grad)
-        mode, (fx,) = self._convert([x])
-        meta = torch.empty_strided(x.size(), x.stride(), device="meta", requires_grad=requires_grad)
-        self.assertEqual(described(fx), described(FakeTensor(mode, meta, x.device)))
-
 
 instantiate_parametrized_tests(DenseLeafConversionTest)
-
-
-class StorageRefKeyTest(TestCase):
-    """storage_memo's keys made by the converter stand for StorageWeakRefs of the storage."""
-
-    def test_key_equals_and_hashes_as_storage_weak_ref(self):
-        x = torch.randn(3)
-        mc = MetaConverter()
-        mc(x)
-        (key,) = mc.storage_memo
-        ref = StorageWeakRef(x.storage())
-        self.assertIsInstance(key, StorageWeakRef)
-        self.assertTrue(key == ref and ref == key)
-        self.assertEqual(hash(key), hash(ref))
-        self.assertEqual(key.cdata, ref.cdata)
-        self.assertIn(ref, mc.storage_memo)
-        self.assertIn(key, {ref: None})
-        other = StorageWeakRef(torch.randn(3).storage())
-        self.assertFalse(key == other or other == key)
-
-    def test_key_expires_with_its_storage(self):
-        x = torch.randn(3)
-        mc = MetaConverter()
-        mc(x)
-        (key,) = mc.storage_memo
-        self.assertFalse(key.expired())
-        del x
-        self.assertTrue(key.expired())
-        mc.check_for_expired_weak_storages()
-        self.assertEqual(len(mc.storage_memo), 0)
 
 
 # Operators without a Meta kernel, so that FakeTensorMode runs their CPU kernels through the

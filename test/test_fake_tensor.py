@@ -1787,22 +1787,16 @@ class ConversionFieldsTest(TestCase):
         (grad,) = torch.autograd.grad(m.sum(), m)
         self.assertEqual(grad.shape, y.shape)
 
-    def test_view_of_view_meta_shares_base_and_version_counter(self):
+    def test_meta_of_fresh_tensor_and_its_views_count_writes_as_the_real_ones(self):
         x, z = _view_of_view_grad()
         mc = MetaConverter()
         mx, mz = mc(x), mc(z)
         self.assertIs(mz._base, mx)
-        self.assertEqual(mz._version, mx._version)
+        self.assertEqual((mx._version, mz._version), (x._version, z._version))
         with torch.no_grad():
+            z.add_(1)
             mz.add_(1)
-        self.assertEqual(mx._version, 1)
-
-    def test_leaf_shares_storage_with_later_view(self):
-        x = torch.randn(4, 3)
-        mc = MetaConverter()
-        mx, mv = mc(x), mc(x[1:])
-        self.assertEqual(torch._C._storage_id(mx), torch._C._storage_id(mv))
-        self.assertIs(mv._base, mx)
+        self.assertEqual((mx._version, mz._version), (x._version, z._version))
 
     @parametrize("bit", ["conj", "neg"])
     def test_view_lacking_the_bit_of_its_base(self, bit):
@@ -1837,13 +1831,23 @@ class DenseLeafConversionTest(TestCase):
         mode = FakeTensorMode()
         return mode, [mode.from_tensor(t) for t in tensors]
 
-    def test_dense_leaf_on_converted_storage_shares_it_and_counts_once(self):
-        x = torch.randn(4, 3)
-        on_x = torch.empty(0).set_(x.storage(), 0, (4, 3), (3, 1))
-        mode, (fx, fon_x) = self._convert([x, on_x])
+    @parametrize("layout", ["contiguous", "channels_last", "transposed"])
+    @parametrize("first", ["tensor", "tensor_set_onto_its_storage"])
+    def test_dense_tensors_on_one_storage_share_its_meta(self, layout, first):
+        x = torch.randn(2, 3, 4, 5)
+        if layout == "channels_last":
+            x = x.to(memory_format=torch.channels_last)
+        elif layout == "transposed":
+            x = torch.empty_strided((2, 3, 4, 5), (1, 2, 6, 24)).normal_()
+        on_x = torch.empty(0).set_(x.storage(), 0, x.shape, x.stride())
+        tensors = [x, on_x] if first == "tensor" else [on_x, x]
+        mode, fakes = self._convert(tensors)
         mc = mode.fake_tensor_converter.meta_converter
-        self.assertEqual(torch._C._storage_id(fx), torch._C._storage_id(fon_x))
-        self.assertIsNot(fx, fon_x)
+        self.assertEqual(torch._C._storage_id(fakes[0]), torch._C._storage_id(fakes[1]))
+        for fake, t in zip(fakes, tensors):
+            self.assertEqual((fake.shape, fake.stride()), (t.shape, t.stride()))
+        # the first converted gets a fresh counter, with no set_
+        self.assertEqual(fakes[0]._version, 0)
         self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
 
     def test_conversion_under_its_own_mode_makes_plain_fakes(self):

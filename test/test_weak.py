@@ -56,7 +56,7 @@ class WeakIdKeyDictionaryTest(TestCase):
         self.assertEqual(weakref.getweakrefcount(x), 1 if kind is WeakIdKeyDictionary else 2)
         del x
         self.assertEqual(len(memo), 0)
-        self.assertEqual(memo.deaths, 1)
+        self.assertEqual(memo._deaths, 1)
 
     def test_weak_value_death_drops_entry(self):
         memo = WeakIdKeyWeakValueDictionary()
@@ -65,7 +65,7 @@ class WeakIdKeyDictionaryTest(TestCase):
         del v
         self.assertEqual(len(memo), 0)
         self.assertIsNone(memo.get(x))
-        self.assertEqual(memo.deaths, 0)
+        self.assertEqual(memo._deaths, 0)
 
     @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__)
     def test_pop_contains_and_update(self, kind):

@@ -21,7 +21,9 @@ its last paragraph, so it travels with the commit through `git am`, rebases and 
     Bug: https://github.com/pytorch/pytorch/issues/80544
 (also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header.
 Where each patch stands upstream comes from patches/upstream-status.json (`upstream_status`):
-Forwarded, more Bug: lines, and the Description's last paragraph. Origin names the series by the sha256 of its patch files (no URL),
+Forwarded, more Bug: lines, and the Description's last paragraph. Origin (DEP-3's keyword
+`other`: a third party's patches, not a distribution's) names the series by the full sha256 of
+its patch files (no URL),
 Last-Update is the patch's own date (its commit's author date, the `Date:` of the patch file). `debian_dropin` puts these files into a
 package's debian/patches after its own.
 
@@ -242,12 +244,13 @@ def diff_part(patch_text: str) -> str:
 
 
 def series_id(patches: Sequence[Path]) -> str:
-    return sha256_bytes(b"".join(p.read_bytes() for p in patches))[:12]
+    return sha256_bytes(b"".join(p.read_bytes() for p in patches))
 
 
 def origin_text(project: Project, patches: Sequence[Path]) -> str:
+    """DEP-3's `other` keyword: `vendor` is for patches made by Debian or another distribution."""
     tag = base_pin(project)["upstream_tag"]
-    return f"vendor, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
+    return f"other, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
 
 
 def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,

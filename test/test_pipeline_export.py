@@ -291,6 +291,18 @@ def test_signed_off_by_adds_a_trailer_to_each_patch_and_keeps_the_author(
     assert (f"\nFrom: {AUTHOR}\n" if fmt == "git" else f"\nAuthor: {AUTHOR}\n") in first
     if fmt == "git":
         assert f"the -c options make {SIGNER} the committer" in capsys.readouterr().out
+    for patch in patches:  # last, in the trailer block: after the body and the Upstream: lines
+        message = patch.read_text().split("\n---\n", 1)[0]
+        if fmt == "git":
+            message = message.split("\n\n", 1)[1]  # the body after the mail header
+            parsed = subprocess.run(["git", "interpret-trailers", "--parse"], input=message, cwd=tmp_path,
+                                    capture_output=True, text=True, check=True).stdout
+            assert parsed.splitlines()[-1] == f"Signed-off-by: {SIGNER}", patch.name
+            assert message.endswith(f"\nSigned-off-by: {SIGNER}"), patch.name
+        else:
+            description = message.split("\nAuthor: ", 1)[0]
+            assert description.endswith(f"\n .\n Signed-off-by: {SIGNER}"), patch.name
+            assert "\n Later torch: " in description, patch.name
 
 
 def test_no_series_author_fails_naming_the_command_and_writes_nothing(

@@ -219,12 +219,14 @@ def description_field(subject: str, body: str) -> str:
 
 def dep3_header(meta: Mapping[str, str], origin: str, status: Mapping[str, object]) -> str:
     """DEP-3 fields from the commit (author, date, trailers) and its upstream-status entry
-    (Forwarded, more Bug: lines, the Description's last paragraph)."""
+    (Forwarded, more Bug: lines, the Description's upstream paragraph); the commit's other
+    trailers (Signed-off-by) stay a trailer block, the Description's last paragraph."""
     trailers = parse_trailers(meta["trailers"])
     dep3 = [(k, v) for k, v in trailers if k in DEP3_TRAILERS]
+    others = "".join(f"{k}: {v}\n" for k, v in trailers if k not in DEP3_TRAILERS)
     bugs = [("Bug", url) for url in status.get("bug", []) if ("Bug", url) not in dep3]
-    body = strip_trailers(meta["body"], dep3) + "\n\n" + description_paragraph(status)
-    header = description_field(meta["subject"], body)
+    body = strip_trailers(meta["body"], trailers) + "\n\n" + description_paragraph(status)
+    header = description_field(meta["subject"], body + ("\n\n" + others if others else ""))
     header += f"Author: {meta['name']} <{meta['email']}>\n"
     header += f"Origin: {origin}\n"
     for key in ("Bug", "Bug-Debian", "Applied-Upstream"):  # each trailer, several Bug: included

@@ -21,10 +21,11 @@ its last paragraph, so it travels with the commit through `git am`, rebases and 
     Bug: https://github.com/pytorch/pytorch/issues/80544
 (also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header.
 Where each patch stands upstream comes from patches/upstream-status.json (`upstream_status`):
-Forwarded, more Bug: lines, and the Description's last paragraph. Origin (DEP-3's keyword
+Forwarded, more Bug: lines, and the Description's upstream paragraph. Origin (DEP-3's keyword
 `other`: a third party's patches, not a distribution's) names the series by the full sha256 of
 its patch files (no URL),
-Last-Update is the patch's own date (its commit's author date, the `Date:` of the patch file). `debian_dropin` puts these files into a
+Last-Update is the patch's own date (the `Date:` of the patch file, which `refresh` sets when
+the patch's diff changes; its commit's author date in the export's repo). `debian_dropin` puts these files into a
 package's debian/patches after its own.
 
 conda-forge: the git export's patches (conda-build applies each with `patch -p1`; the mail header

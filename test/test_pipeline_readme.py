@@ -119,6 +119,10 @@ def test_recipes_name_every_prerequisite() -> None:
     assert PREREQUISITES in recipe("edit").splitlines()
     for name in ("pr", "debian", "edit"):
         assert recipe(name).startswith(f'NAME="{NAME}" EMAIL={EMAIL}\n')
+    for name in ("pr", "edit"):  # the v1.13.1 checkout, and how to get one offline
+        line = next(line for line in recipe(name).splitlines() if line.startswith("PYTORCH="))
+        assert "git checkout of tag v1.13.1" in line and "patchset pristine --git DIR" in line, line
+    assert callable(cli.parse_args(cli.build_parser(), ["pristine", "--git", "DIR"]).func)
 
 
 # ---- the recipes, run ---------------------------------------------------------------------------

@@ -125,6 +125,11 @@ def test_recipes_name_every_prerequisite() -> None:
     assert callable(cli.parse_args(cli.build_parser(), ["pristine", "--git", "DIR"]).func)
 
 
+def test_debian_recipe_says_apt_get_source_needs_deb_src() -> None:
+    line = next(line for line in recipe("debian").splitlines() if line.startswith("PKG="))
+    assert "apt-get source pytorch=1.13.1+dfsg-4" in line and "deb-src" in line, line
+
+
 # ---- the recipes, run ---------------------------------------------------------------------------
 
 
@@ -205,7 +210,7 @@ def test_debian_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
     status = json.loads((REPO / "patches/upstream-status.json").read_text())
     bugs = any(entry.get("bug") for entry in status.values())
     assert fields == {*readme_dep3_fields(), *(["Bug"] if bugs else [])}
-    assert "Bug only where a patch fixes a filed" in readme()
+    assert "Bug only where a patch fixes a filed bug" in " ".join(readme().split())
     again = run_recipe("\n".join(recipe("debian").splitlines()[:3]), project, env)
     assert "already in place" in again.stdout
     assert sha((pkg / "debian/patches/0001-debian-setup.patch").read_bytes()) == sha(DEBIAN_OWN_PATCH)

@@ -125,6 +125,13 @@ def test_recipes_name_every_prerequisite() -> None:
     assert callable(cli.parse_args(cli.build_parser(), ["pristine", "--git", "DIR"]).func)
 
 
+def test_readme_names_every_test_file_the_series_extends() -> None:
+    sentence = readme().split("Each patch brings its tests in the test file", 1)[1].split("\n\n", 1)[0]
+    touched = {m for p in (REPO / "patches").glob("[0-9]*.patch")
+               for m in re.findall(r"^diff --git a/(test/\S+) ", p.read_text(), flags=re.M)}
+    assert touched and set(re.findall(r"`(test/[^`]+)`", sentence)) == touched
+
+
 def test_debian_recipe_says_apt_get_source_needs_deb_src() -> None:
     line = next(line for line in recipe("debian").splitlines() if line.startswith("PKG="))
     assert "apt-get source pytorch=1.13.1+dfsg-4" in line and "deb-src" in line, line

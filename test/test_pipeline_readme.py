@@ -132,6 +132,14 @@ def test_readme_names_every_test_file_the_series_extends() -> None:
     assert touched and set(re.findall(r"`(test/[^`]+)`", sentence)) == touched
 
 
+def test_readme_states_the_license_of_the_files_the_series_changes() -> None:
+    license_text = (find_project(TOOL_LIB).default_checkout / "LICENSE").read_text()
+    assert re.search(r"^3\. Neither the names of", license_text, flags=re.M)  # BSD-3-Clause: three
+    assert not re.search(r"^4\. ", license_text, flags=re.M)
+    line = next(line for line in readme().splitlines() if line.startswith("- **License:**"))
+    assert "PyTorch's own, BSD-3-Clause" in line and "debian/copyright" in line
+
+
 def test_debian_recipe_says_apt_get_source_needs_deb_src() -> None:
     line = next(line for line in recipe("debian").splitlines() if line.startswith("PKG="))
     assert "apt-get source pytorch=1.13.1+dfsg-4" in line and "deb-src" in line, line

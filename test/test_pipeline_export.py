@@ -197,7 +197,7 @@ def test_quilt_export_has_dep3_headers(project: Project, runner: Runner, tmp_pat
     assert names == [p.name for p in read_series(project)]
     first = (out / names[0]).read_text()
     header, diff = first.split("\n---\n", 1)
-    series_sha = sha(b"".join(p.read_bytes() for p in read_series(project)))[:12]
+    series_sha = sha(b"".join(p.read_bytes() for p in read_series(project)))  # all 64 digits
     assert header.splitlines() == [
         "Description: Weak memo for converters",
         " Why: finalizers leak.",
@@ -208,7 +208,7 @@ def test_quilt_export_has_dep3_headers(project: Project, runner: Runner, tmp_pat
         " Later torch: fixed differently in torch 2.0 (weak dictionaries in meta_utils.py)",
         " Follows up https://github.com/pytorch/pytorch/pull/80544",
         f"Author: {AUTHOR}",
-        f"Origin: vendor, fake-tensor patch set for PyTorch v1.13.1 (series sha256 {series_sha})",
+        f"Origin: other, fake-tensor patch set for PyTorch v1.13.1 (series sha256 {series_sha})",
         "Bug: https://github.com/pytorch/pytorch/issues/80544",  # the trailer and the entry, once
         "Bug: https://github.com/pytorch/pytorch/pull/12345",
         "Bug: https://github.com/pytorch/pytorch/issues/99",
@@ -291,6 +291,18 @@ def test_signed_off_by_adds_a_trailer_to_each_patch_and_keeps_the_author(
     assert (f"\nFrom: {AUTHOR}\n" if fmt == "git" else f"\nAuthor: {AUTHOR}\n") in first
     if fmt == "git":
         assert f"the -c options make {SIGNER} the committer" in capsys.readouterr().out
+    for patch in patches:  # last, in the trailer block: after the body and the Upstream: lines
+        message = patch.read_text().split("\n---\n", 1)[0]
+        if fmt == "git":
+            message = message.split("\n\n", 1)[1]  # the body after the mail header
+            parsed = subprocess.run(["git", "interpret-trailers", "--parse"], input=message, cwd=tmp_path,
+                                    capture_output=True, text=True, check=True).stdout
+            assert parsed.splitlines()[-1] == f"Signed-off-by: {SIGNER}", patch.name
+            assert message.endswith(f"\nSigned-off-by: {SIGNER}"), patch.name
+        else:
+            description = message.split("\nAuthor: ", 1)[0]
+            assert description.endswith(f"\n .\n Signed-off-by: {SIGNER}"), patch.name
+            assert "\n Later torch: " in description, patch.name
 
 
 def test_no_series_author_fails_naming_the_command_and_writes_nothing(

@@ -12,6 +12,7 @@ what `patchset test` did before these tests ran; it is checked to be in the bloc
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -118,6 +119,30 @@ def test_recipes_name_every_prerequisite() -> None:
     assert PREREQUISITES in recipe("edit").splitlines()
     for name in ("pr", "debian", "edit"):
         assert recipe(name).startswith(f'NAME="{NAME}" EMAIL={EMAIL}\n')
+    for name in ("pr", "edit"):  # the v1.13.1 checkout, and how to get one offline
+        line = next(line for line in recipe(name).splitlines() if line.startswith("PYTORCH="))
+        assert "git checkout of tag v1.13.1" in line and "patchset pristine --git DIR" in line, line
+    assert callable(cli.parse_args(cli.build_parser(), ["pristine", "--git", "DIR"]).func)
+
+
+def test_readme_names_every_test_file_the_series_extends() -> None:
+    sentence = readme().split("Each patch brings its tests in the test file", 1)[1].split("\n\n", 1)[0]
+    touched = {m for p in (REPO / "patches").glob("[0-9]*.patch")
+               for m in re.findall(r"^diff --git a/(test/\S+) ", p.read_text(), flags=re.M)}
+    assert touched and set(re.findall(r"`(test/[^`]+)`", sentence)) == touched
+
+
+def test_readme_states_the_license_of_the_files_the_series_changes() -> None:
+    license_text = (find_project(TOOL_LIB).default_checkout / "LICENSE").read_text()
+    assert re.search(r"^3\. Neither the names of", license_text, flags=re.M)  # BSD-3-Clause: three
+    assert not re.search(r"^4\. ", license_text, flags=re.M)
+    line = next(line for line in readme().splitlines() if line.startswith("- **License:**"))
+    assert "PyTorch's own, BSD-3-Clause" in line and "debian/copyright" in line
+
+
+def test_debian_recipe_says_apt_get_source_needs_deb_src() -> None:
+    line = next(line for line in recipe("debian").splitlines() if line.startswith("PKG="))
+    assert "apt-get source pytorch=1.13.1+dfsg-4" in line and "deb-src" in line, line
 
 
 # ---- the recipes, run ---------------------------------------------------------------------------
@@ -170,6 +195,13 @@ def test_pr_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
     assert cover.endswith("base-commit: 49444c3e546bf240bed24a101e747422d1f8a0ee\n")
 
 
+def readme_dep3_fields() -> List[str]:
+    """The DEP-3 fields the README says every exported patch has (before its `; Bug only ...`)."""
+    match = re.search(r"DEP-3\s+headers: ([^;.]*)", readme())
+    assert match, "README names no DEP-3 headers"
+    return [field.strip() for field in match.group(1).split(",")]
+
+
 def test_debian_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
     pkg = package_tree(tmp_path / "pytorch-1.13.1+dfsg", base_tree)
     orig = tree_hashes(pkg)
@@ -182,11 +214,18 @@ def test_debian_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
     assert f"Now at patch debian/patches/fake-tensor/{series[-1]}" in proc.stdout  # all, ours last
     after = {p: h for p, h in tree_hashes(pkg).items() if not p.startswith((".pc/", "debian/"))}
     assert after == {p: h for p, h in orig.items() if not p.startswith("debian/")}  # popped
+    fields = set()
     for name in series:
         text = (pkg / "debian/patches/fake-tensor" / name).read_text()
         header = text.split("\n---\n")[0]
+        fields |= {line.split(":", 1)[0] for line in header.splitlines() if not line.startswith(" ")}
         assert f"\nAuthor: {MAINTAINER}\n" in header and ".invalid" not in header
         assert f" Signed-off-by: {NAME} <{EMAIL}>\n" in header
+    # what the README lists is what the export writes; Bug only for a patch with a filed bug
+    status = json.loads((REPO / "patches/upstream-status.json").read_text())
+    bugs = any(entry.get("bug") for entry in status.values())
+    assert fields == {*readme_dep3_fields(), *(["Bug"] if bugs else [])}
+    assert "Bug only where a patch fixes a filed bug" in " ".join(readme().split())
     again = run_recipe("\n".join(recipe("debian").splitlines()[:3]), project, env)
     assert "already in place" in again.stdout
     assert sha((pkg / "debian/patches/0001-debian-setup.patch").read_bytes()) == sha(DEBIAN_OWN_PATCH)

@@ -4,6 +4,9 @@ A synthetic series is applied with `git am` into a temp git repo (history below 
 pristine base commit, the series), edited, and refreshed into a temp project copy.
 """
 import argparse
+import email.utils
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Sequence
 
@@ -123,6 +126,41 @@ def test_amended_and_added_commits(project: Project, runner: Runner, checkout: P
     base = {**PRISTINE, **{"torch/_subclasses/schema_check_mode.py": OTHER["torch/_subclasses/schema_check_mode.py"]}}
     assert project.overlay_manifest.read_text() == manifest(base, result)
     assert project.overlay_manifest.read_text().count("\n") == 3
+
+
+def date_of(patch: Path) -> datetime:
+    header = patch.read_text().split("\n\n", 1)[0]
+    return email.utils.parsedate_to_datetime(re.search(r"^Date: (.*)$", header, flags=re.M).group(1))
+
+
+def test_a_patch_whose_diff_changed_is_dated_now(project: Project, runner: Runner, checkout: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    """Its author date (hence DEP-3's Last-Update) would stay: an amend or autosquash keeps it."""
+    first, second = (project.patches / "0001-Weak-memo-for-converters.patch",
+                     project.patches / "0002-Fallback-aliasing.patch")
+    old_first, old_date = first.read_bytes(), date_of(second)
+    series_io.write_files(checkout, {"torch/_subclasses/fake_tensor.py": b"def fake():\n    return 21\n"})
+    runner.git("commit", "-q", "-a", "--amend", "--no-edit", cwd=checkout, env=EDITOR, capture=True)
+    author_date = runner.git("log", "-1", "--format=%aI", cwd=checkout, capture=True).stdout.strip()
+    assert datetime.fromisoformat(author_date) == old_date  # the amend kept it
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    assert refresh(project, runner, checkout) == 0
+    assert before <= date_of(second) <= datetime.now(timezone.utc)
+    assert first.read_bytes() == old_first  # its diff is the same: its date too
+    assert f"(its diff changed; DEP-3's Last-Update): {second.name}" in capsys.readouterr().out
+    after = tree_hashes(project.root)
+    assert refresh(project, runner, checkout) == 0  # the commit's old date does not come back
+    assert tree_hashes(project.root) == after
+
+
+def test_diff_key_ignores_headers_index_lines_and_hunk_positions() -> None:
+    patch = (b"From 0 Mon Sep 17 00:00:00 2001\nDate: Sat, 5 Dec 2026 00:01:00 +0000\n\nBody.\n---\n"
+             b" a.py | 1 +\n\ndiff --git a/a.py b/a.py\nindex 1111..2222 100644\n--- a/a.py\n+++ b/a.py\n"
+             b"@@ -10,6 +10,7 @@ def f():\n x\n+y\n")
+    moved = (patch.replace(b"Sat, 5 Dec", b"Sun, 6 Dec").replace(b"Body.", b"Other body.")
+             .replace(b"1111..2222", b"3333..4444").replace(b"-10,6 +10,7", b"-12,6 +12,7"))
+    assert refresh_cmd.diff_key(moved) == refresh_cmd.diff_key(patch)
+    assert refresh_cmd.diff_key(patch.replace(b"+y", b"+z")) != refresh_cmd.diff_key(patch)
 
 
 def test_tests_added_in_a_patch_regenerate_the_repo_test_file(project: Project, runner: Runner,

@@ -21,8 +21,11 @@ its last paragraph, so it travels with the commit through `git am`, rebases and 
     Bug: https://github.com/pytorch/pytorch/issues/80544
 (also Bug-Debian, Applied-Upstream). Those trailers move from the description into the header.
 Where each patch stands upstream comes from patches/upstream-status.json (`upstream_status`):
-Forwarded, more Bug: lines, and the Description's last paragraph. Origin names the series by the sha256 of its patch files (no URL),
-Last-Update is the patch's own date (its commit's author date, the `Date:` of the patch file). `debian_dropin` puts these files into a
+Forwarded, more Bug: lines, and the Description's upstream paragraph. Origin (DEP-3's keyword
+`other`: a third party's patches, not a distribution's) names the series by the full sha256 of
+its patch files (no URL),
+Last-Update is the patch's own date (the `Date:` of the patch file, which `refresh` sets when
+the patch's diff changes; its commit's author date in the export's repo). `debian_dropin` puts these files into a
 package's debian/patches after its own.
 
 conda-forge: the git export's patches (conda-build applies each with `patch -p1`; the mail header
@@ -217,12 +220,14 @@ def description_field(subject: str, body: str) -> str:
 
 def dep3_header(meta: Mapping[str, str], origin: str, status: Mapping[str, object]) -> str:
     """DEP-3 fields from the commit (author, date, trailers) and its upstream-status entry
-    (Forwarded, more Bug: lines, the Description's last paragraph)."""
+    (Forwarded, more Bug: lines, the Description's upstream paragraph); the commit's other
+    trailers (Signed-off-by) stay a trailer block, the Description's last paragraph."""
     trailers = parse_trailers(meta["trailers"])
     dep3 = [(k, v) for k, v in trailers if k in DEP3_TRAILERS]
+    others = "".join(f"{k}: {v}\n" for k, v in trailers if k not in DEP3_TRAILERS)
     bugs = [("Bug", url) for url in status.get("bug", []) if ("Bug", url) not in dep3]
-    body = strip_trailers(meta["body"], dep3) + "\n\n" + description_paragraph(status)
-    header = description_field(meta["subject"], body)
+    body = strip_trailers(meta["body"], trailers) + "\n\n" + description_paragraph(status)
+    header = description_field(meta["subject"], body + ("\n\n" + others if others else ""))
     header += f"Author: {meta['name']} <{meta['email']}>\n"
     header += f"Origin: {origin}\n"
     for key in ("Bug", "Bug-Debian", "Applied-Upstream"):  # each trailer, several Bug: included
@@ -242,12 +247,13 @@ def diff_part(patch_text: str) -> str:
 
 
 def series_id(patches: Sequence[Path]) -> str:
-    return sha256_bytes(b"".join(p.read_bytes() for p in patches))[:12]
+    return sha256_bytes(b"".join(p.read_bytes() for p in patches))
 
 
 def origin_text(project: Project, patches: Sequence[Path]) -> str:
+    """DEP-3's `other` keyword: `vendor` is for patches made by Debian or another distribution."""
     tag = base_pin(project)["upstream_tag"]
-    return f"vendor, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
+    return f"other, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
 
 
 def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,

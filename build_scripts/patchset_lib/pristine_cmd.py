@@ -1,20 +1,43 @@
-"""`patchset pristine DIR`: a pristine v1.13.1 tree at DIR, from the verified orig tarball.
+"""`patchset pristine [--git] DIR`: a pristine v1.13.1 tree at DIR, from the verified orig
+tarball; with --git also a git checkout of it: one commit of the whole tree, tagged v1.13.1.
 
-The work is `source.write_pristine_tree`; this module is its command line.
+The tree is `source.write_pristine_tree`; the commit `series_io.commit_base` (the fixed identity
+and date of the tool's base commits: no git identity needed, the same commit id every time, but
+not upstream's, which the git export's `base-commit:` names). This module is its command line.
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from .common import Project, Runner, add_command
+from . import series_io
+from .common import Project, Runner, add_command, base_pin
 from .source import write_pristine_tree
+
+
+def make_git_checkout(project: Project, runner: Runner, tree: Path) -> str:
+    """`git init` the pristine tree, commit all of it, tag it; returns the commit id."""
+    pin = base_pin(project)
+    tag = pin["upstream_tag"]
+    message = (f"PyTorch {tag}\n\nThe tree of Debian's {pin['debian_source_package']} "
+               f"{pin['debian_source_version']} orig tarball (sha256-checked), as `patchset "
+               f"pristine --git` makes it.\nUpstream's {tag} is commit {pin['upstream_commit']}.\n")
+    series_io.init_repo(tree, runner)
+    commit = series_io.commit_base(tree, runner, ["."], message)
+    runner.git("tag", tag, commit, cwd=tree, env=series_io.isolated_env(), capture=True)
+    return commit
 
 
 def cmd_pristine(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     tree = write_pristine_tree(project, runner, Path(args.dir).resolve())
     print(f"pristine: {tree} is PyTorch v1.13.1 as the verified orig tarball holds it "
           "(base files checked against patches/base.sha256)")
+    if args.git:
+        commit = make_git_checkout(project, runner, tree)
+        pin = base_pin(project)
+        print(f"pristine: a git checkout, one commit {commit[:12]} tagged {pin['upstream_tag']} "
+              f"(not upstream's commit {pin['upstream_commit'][:12]}, which the git export's "
+              "base-commit: names)")
     return 0
 
 
@@ -26,4 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "must not exist or be empty, and check its base files against "
                     "patches/base.sha256. The series is not applied.",
     )
+    parser.add_argument("--git", action="store_true",
+                        help="also make DIR a git checkout (no network, no git identity needed): "
+                             "one commit of the tree, tagged v1.13.1, for `git am` and `apply --checkout`")
     parser.add_argument("dir", metavar="DIR", help="a new or empty directory")

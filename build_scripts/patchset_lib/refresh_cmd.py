@@ -12,13 +12,20 @@ existing lines kept in order), torch_overlay/MANIFEST (`<path> <base sha256> <re
 for each torch/ file the series changes, sorted) and the generated test files
 (`generated_tests`: test/test_fake_tensor.py and test/test_weak.py as DIR's HEAD has them).
 A dirty tree, an am/rebase in progress or a missing base change nothing.
+
+A patch's `Date:` (the quilt export's DEP-3 Last-Update) is its commit's author date, which an
+amend or a `rebase --autosquash` keeps; so refresh dates each patch whose diff differs from the
+patches/ file of the same subject (`diff_key`: no headers, `index` lines or hunk line numbers)
+with the refresh time, and gives a patch whose diff is the same that file's date.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import email.utils
 import re
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -111,6 +118,45 @@ def summarize(old: Sequence[Path], new: Sequence[Path]) -> List[str]:
         lines.append(f"  {state:<10} {patch.name}")
     lines += [f"  {'removed':<10} {p.name}" for p in old if subject_key(p.name) not in new_keys]
     return lines
+
+
+def diff_key(patch: bytes) -> bytes:
+    """The diff of a format-patch file as `git patch-id` compares it: without the mail header,
+    message and diffstat, `index` lines and hunk line numbers (an earlier patch moves them)."""
+    start = patch.find(b"\ndiff --git ")
+    lines = patch[start + 1:].splitlines() if start >= 0 else []
+    return b"\n".join(re.sub(rb"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@", b"@@", line)
+                      for line in lines if not line.startswith(b"index "))
+
+
+DATE_HEADER = re.compile(rb"^Date: (.*)$", flags=re.M)
+
+
+def git_date(moment: datetime) -> str:
+    """RFC 2822 in UTC as `git format-patch` writes it (no leading zero in the day)."""
+    return email.utils.format_datetime(moment.astimezone(timezone.utc)).replace(", 0", ", ", 1)
+
+
+def stamp_dates(old: Sequence[Path], new: Sequence[Path], now: str) -> List[Path]:
+    """Rewrite the `Date:` of each new patch that has an old one of the same subject: `now` if
+    their diffs differ, else the old patch's date. A new subject keeps its commit's date.
+    Returns the patches dated `now`."""
+    old_by_key = {subject_key(p.name): p for p in old}
+    stamped = []
+    for patch in new:
+        before = old_by_key.get(subject_key(patch.name))
+        if before is None:
+            continue
+        old_data, data = before.read_bytes(), patch.read_bytes()
+        header, sep, rest = data.partition(b"\n\n")
+        kept = DATE_HEADER.search(old_data.partition(b"\n\n")[0])
+        if kept is not None and diff_key(old_data) == diff_key(data):
+            date = kept.group(1)
+        else:
+            date = now.encode()
+            stamped.append(patch)
+        patch.write_bytes(DATE_HEADER.sub(lambda _: b"Date: " + date, header, count=1) + sep + rest)
+    return stamped
 
 
 def range_diff(runner: Runner, base_files: Mapping[str, bytes], old: Sequence[Path],
@@ -251,9 +297,13 @@ def cmd_refresh(project: Project, runner: Runner, args: argparse.Namespace) -> i
     with tempfile.TemporaryDirectory(prefix="patchset-refresh-") as tmp:
         work = Path(tmp)
         got = read_checkout(project, runner, Path(args.source).resolve(), args.base, work)
+        now = git_date(datetime.now(timezone.utc))
+        stamped = stamp_dates(old, got.patches, now)
         warnings = report(project, runner, old, got, work)
         writes, deletes = planned_writes(project, old, got.patches, new_facts(project, got))
         apply_writes(writes, deletes)  # everything above only read; this is the one change
+    for patch in stamped:
+        print(f"dated {now} (its diff changed; DEP-3's Last-Update): {patch.name}")
     for warning in warnings:
         print(f"warning: {warning}")
     changed = sorted(str(p.relative_to(project.root)) for p in [*writes, *deletes])

@@ -142,10 +142,16 @@ def make_base_repo(pristine_files: Mapping[str, bytes], dest: Path, runner: Runn
     """A new git repo at `dest` whose one commit holds the pristine files; returns its commit id."""
     init_repo(dest, runner)
     write_files(dest, pristine_files)
+    return commit_base(dest, runner, sorted(pristine_files), BASE_MESSAGE)
+
+
+def commit_base(repo: Path, runner: Runner, paths: Sequence[str], message: str) -> str:
+    """Commit `paths` of repo's work tree (ignored ones too) as the fixed base identity at its
+    fixed date, so no git identity is needed and the commit id is reproducible; returns it."""
     env = {**isolated_env(), **BASE_IDENTITY}
-    runner.git("add", "--", *sorted(pristine_files), cwd=dest, env=env, capture=True)
-    runner.git("commit", "-q", "--no-verify", "-m", BASE_MESSAGE, cwd=dest, env=env, capture=True)
-    return head(dest, runner)
+    runner.git("add", "--force", "--", *paths, cwd=repo, env=env, capture=True)
+    runner.git("commit", "-q", "--no-verify", "-m", message, cwd=repo, env=env, capture=True)
+    return head(repo, runner)
 
 
 def head(repo: Path, runner: Runner, rev: str = "HEAD") -> str:

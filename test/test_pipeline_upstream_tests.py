@@ -91,7 +91,36 @@ def test_parse_junit_of_a_real_run(tmp_path: Path) -> None:
         "test_synthetic.Case::test_expected_failure": "xfailed",
         "test_synthetic::test_setup_error": "failed",
     }
-    assert ut.count_outcomes(outcomes) == {"passed": 1, "failed": 2, "skipped": 1, "xfailed": 3}
+    assert ut.count_outcomes(outcomes) == {"passed": 1, "failed": 2, "skipped": 1, "xfailed": 3, "xpassed": 0}
+
+
+def test_tests_expected_to_fail_that_pass_are_xpassed_not_failed(tmp_path: Path) -> None:
+    source = textwrap.dedent('''\
+        import unittest
+
+        import pytest
+
+        class Case(unittest.TestCase):
+            @unittest.expectedFailure
+            def test_expected_failure_passes(self):
+                pass
+
+        @pytest.mark.xfail(strict=True)
+        def test_strict_xfail_passes():
+            pass
+
+        def test_meta_list_entry_passes():  # test_meta.py's own expected-failure lists
+            raise RuntimeError("unexpected success aten.kthvalue.default")
+
+        def test_fails():
+            raise RuntimeError("an unexpected success is not this message")
+        ''')
+    assert ut.parse_junit(run_pytest_junit(tmp_path, source)) == {
+        "test_synthetic.Case::test_expected_failure_passes": "xpassed",
+        "test_synthetic::test_strict_xfail_passes": "xpassed",
+        "test_synthetic::test_meta_list_entry_passes": "xpassed",
+        "test_synthetic::test_fails": "failed",
+    }
 
 
 def test_teardown_error_after_a_pass_counts_as_failed(tmp_path: Path) -> None:
@@ -121,6 +150,13 @@ def test_regressions_and_fixed_lists() -> None:
     assert ut.regressions(unpatched, patched) == ["a", "d", "new"]
     assert ut.fixed_by_series(unpatched, patched) == ["b"]
     assert ut.regressions(unpatched, unpatched) == []
+    # upstream's expected-failure lists: a test that fails unpatched, as listed, and passes patched
+    # is what the series fixes, never a regression; in the series' own file it is a failure
+    unpatched = {"x": "xfailed", "y": "xfailed", "z": "passed"}
+    patched = {"x": "xpassed", "y": "passed", "z": "xpassed"}
+    assert ut.regressions(unpatched, patched) == []
+    assert ut.fixed_by_series(unpatched, patched) == ["x", "y"]
+    assert ut.series_failures({"a": "passed", "x": "xpassed", "f": "failed", "s": "xfailed"}) == ["f", "x"]
 
 
 def test_table_has_one_row_per_outcome_and_both_sides() -> None:
@@ -131,6 +167,7 @@ def test_table_has_one_row_per_outcome_and_both_sides() -> None:
         "failed": ["failed", "0", "|", "0"],
         "skipped": ["skipped", "1", "|", "0"],
         "xfailed": ["xfailed", "0", "|", "0"],
+        "xpassed": ["xpassed", "0", "|", "0"],
     }
     assert "unpatched" in table.splitlines()[1] and "patched" in table.splitlines()[1]
 
@@ -386,7 +423,7 @@ def test_upstream_file_runs_on_both_sides_and_the_series_file_on_the_patched_sid
     assert code == 0, out
     # the table is upstream's two tests only: the series' new one is not counted in it
     assert table_counts(out, "test/test_split.py") == {
-        "passed": (1, 2), "failed": (1, 0), "skipped": (0, 0), "xfailed": (0, 0)}
+        "passed": (1, 2), "failed": (1, 0), "skipped": (0, 0), "xfailed": (0, 0), "xpassed": (0, 0)}
     assert "patched regressions: 0\n" in out
     assert "fixed by the series: 1\n    test.test_split::test_upstream_fixed\n" in out
     assert "the series' file, patched: 3 passed, 0 failed, 0 skipped, 0 xfailed" in out

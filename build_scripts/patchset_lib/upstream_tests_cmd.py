@@ -21,13 +21,15 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shlex
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .common import ABSENT, PatchsetError, Project, Runner, add_command, file_digest, raise_if, read_base_hashes
+from .common import (ABSENT, PatchsetError, Project, Runner, add_command, file_digest, raise_if,
+                     read_base_hashes)
 from .overlay import check_overlay_files, ensure_overlay, read_manifest
 from .overlay_hook import install_project_venv
 from .project_venv import check_project_venv
@@ -44,7 +46,11 @@ from .sides import (
 from .series import checkout_state, hashes, patched_result
 from .source import ensure_checkout, ensure_pristine
 
-OUTCOMES = ("passed", "failed", "skipped", "xfailed")
+OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
+# xpassed: a test the file expects to fail passed. upstream's expected-failure lists predate the
+# series, which updates them in its versions of the files: unittest's expectedFailure, a strict
+# xfail, test_meta.py's own lists ("RuntimeError: unexpected success aten.x").
+UNEXPECTED_SUCCESS = re.compile(r"^(?:\w+: )?[Uu]nexpected success\b|^\[XPASS\(strict\)\]")
 LOADCHECK_PLUGIN = "patchset_loadcheck"
 # pytest exit codes that mean "the run itself broke" (internal error, usage error).
 BROKEN_EXIT_CODES = (3, 4)
@@ -106,7 +112,11 @@ def parse_selection(text: str, keyword: Optional[str]) -> Selection:
 # --- junit XML ---------------------------------------------------------------------------
 
 def case_outcome(case: ET.Element) -> str:
-    if case.find("failure") is not None or case.find("error") is not None:
+    failure = case.find("failure")
+    if failure is not None and case.find("error") is None \
+            and UNEXPECTED_SUCCESS.match(failure.get("message") or ""):
+        return "xpassed"
+    if failure is not None or case.find("error") is not None:
         return "failed"
     skipped = case.find("skipped")
     if skipped is None:
@@ -144,8 +154,15 @@ def regressions(unpatched: Mapping[str, str], patched: Mapping[str, str]) -> Lis
 
 
 def fixed_by_series(unpatched: Mapping[str, str], patched: Mapping[str, str]) -> List[str]:
-    """Tests failing on unpatched that pass on patched (e.g. the series' own new tests)."""
-    return sorted(t for t, o in unpatched.items() if o == "failed" and patched.get(t) == "passed")
+    """Tests failing (or expected to) on unpatched that pass on patched."""
+    return sorted(t for t, o in unpatched.items()
+                  if o in ("failed", "xfailed") and patched.get(t) in ("passed", "xpassed"))
+
+
+def series_failures(outcomes: Mapping[str, str]) -> List[str]:
+    """Tests of the series' file that fail, or that it expects to fail and pass (its lists are
+    the series' own)."""
+    return sorted(t for t, o in outcomes.items() if o in ("failed", "xpassed"))
 
 
 def format_table(label: str, unpatched: Mapping[str, str], patched: Mapping[str, str]) -> str:
@@ -355,7 +372,7 @@ def compare_selection(project: Project, runner: Runner, upstream: Path, checkout
     patched_side = next(side for side in sides if side.name == "patched")
     result = checked_run(project, runner, checkout, selection, patched_side, workdir, tag + "-series")
     new = sorted(set(result.outcomes) - set(seen))
-    failing = sorted(t for t, o in result.outcomes.items() if o == "failed")
+    failing = series_failures(result.outcomes)
     print(f"  the series' file, patched: {format_counts(result.outcomes)}  (log: {result.log})")
     print_ids("the series' tests failing", failing, new)
     print_ids("only in the series' file", new)

@@ -428,11 +428,14 @@ def test_upstream_file_runs_on_both_sides_and_the_series_file_on_the_patched_sid
     assert "fixed by the series: 1\n    test.test_split::test_upstream_fixed\n" in out
     assert "the series' file, patched: 3 passed, 0 failed, 0 skipped, 0 xfailed" in out
     assert "the series' tests failing: 0\n" in out
-    assert "only in the series' file: 1\n    test.test_split::test_series_new\n" in out
-    assert f"upstream: {upstream}" in out and f"checkout: {checkout}" in out
     logs = installed_project.cache / "upstream-tests"
+    listing = logs / "test_split-series-patched-only.txt"
+    assert f"only in the series' file: 1  (listed in {listing})\n" in out
+    assert listing.read_text() == "test.test_split::test_series_new\n"
+    assert f"upstream: {upstream}" in out and f"checkout: {checkout}" in out
     assert sorted(p.name for p in logs.iterdir()) == [  # the series' file never ran unpatched
-        "test_split-patched.log", "test_split-series-patched.log", "test_split-unpatched.log"]
+        "test_split-patched.log", "test_split-series-patched-only.txt", "test_split-series-patched.log",
+        "test_split-unpatched.log"]
 
 
 def test_a_failing_test_of_the_series_file_exits_non_zero(
@@ -458,7 +461,7 @@ def test_a_file_the_series_creates_runs_on_the_patched_side_only(
     assert code == 0, out
     assert "test/test_weak.py\n  v1.13.1 has no test/test_weak.py: the series' file only\n" in out
     assert "the series' file, patched: 2 passed, 0 failed, 0 skipped, 0 xfailed" in out
-    assert "patched regressions" not in out and "only in the series' file: 2\n" in out
+    assert "patched regressions" not in out and "only in the series' file: 2  (listed in" in out
 
 
 def test_without_a_series_checkout_only_upstream_files_run(

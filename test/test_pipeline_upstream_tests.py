@@ -4,6 +4,7 @@ end-to-end run on a synthetic checkout with a throwaway project venv and overlay
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import shutil
@@ -489,6 +490,40 @@ def test_upstream_file_must_be_v1131s(tmp_path: Path, base_files: Dict[str, byte
     (tree / "test" / "test_weak.py").write_text("")  # `absent` in the base: never upstream's
     assert ut.upstream_file(project, tree, ut.Selection("test/test_weak.py")) is None
     assert ut.upstream_file(project, tree, ut.Selection("test/test_only_here.py")) is None
+
+
+def test_declared_changes_of_upstream_tests_are_listed_not_counted(
+    tmp_path: Path, installed_project: Project, capsys: pytest.CaptureFixture
+) -> None:
+    checkout = make_checkout(tmp_path / "checkout")
+    (installed_project.patches / ut.CHANGES_FILE).write_text(
+        json.dumps({"test.test_regress::test_breaks_on_patched": "changed on purpose by 0042"}))
+    code = ut.run_upstream_tests(installed_project, Runner(log_file=None, echo=False), checkout,
+                                 [ut.Selection("test/test_regress.py")], upstream=checkout)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert table_counts(out, "test/test_regress.py")["failed"] == (0, 1)  # still shown as failing
+    assert "patched regressions: 0\n" in out
+    assert ("failing patched as the series changes them on purpose (patches/upstream-test-changes.json): 1\n"
+            "    test.test_regress::test_breaks_on_patched: changed on purpose by 0042\n") in out
+
+
+def test_declared_changes_name_upstream_tests_the_series_changes(base_files: Dict[str, bytes]) -> None:
+    from patchset_lib.common import find_project
+    from patchset_lib.series import patched_result
+
+    project = find_project(HERE.parent / "build_scripts")
+    changes = ut.declared_changes(project)
+    assert changes, "patches/upstream-test-changes.json is empty"
+    result = patched_result(project, Runner(log_file=None, echo=False))
+    for test_id, why in changes.items():
+        module, name = test_id.split("::")
+        path = "/".join(module.split(".")[:2]) + ".py"  # test.test_x.Class -> test/test_x.py
+        upstream, ours = base_files[path].decode(), result[path].decode()
+        assert f"    def {name}(self" in upstream, test_id  # upstream's test ...
+        assert upstream.split(f"def {name}(", 1)[1].split("\n    def ", 1)[0] != \
+            ours.split(f"def {name}(", 1)[1].split("\n    def ", 1)[0], test_id  # ... changed by the series
+        assert re.match(r"\d{4} \(", why), why  # names the patch
 
 
 def test_fresh_setup_is_told_to_make_the_overlay(tmp_path: Path) -> None:

@@ -159,6 +159,16 @@ def fixed_by_series(unpatched: Mapping[str, str], patched: Mapping[str, str]) ->
                   if o in ("failed", "xfailed") and patched.get(t) in ("passed", "xpassed"))
 
 
+CHANGES_FILE = "upstream-test-changes.json"
+
+
+def declared_changes(project: Project) -> Dict[str, str]:
+    """patches/upstream-test-changes.json: {test id: why}, upstream's tests that fail patched
+    because the series changes that behaviour on purpose (its versions of them are changed)."""
+    path = project.patches / CHANGES_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def series_failures(outcomes: Mapping[str, str]) -> List[str]:
     """Tests of the series' file that fail, or that it expects to fail and pass (its lists are
     the series' own)."""
@@ -360,8 +370,16 @@ def compare_selection(project: Project, runner: Runner, upstream: Path, checkout
             print(f"  {name}: {_summary_line(results[name].log)}  (log: {results[name].log})")
         if not seen:
             print("  no test of upstream's file ran on either side (check the file and -k selection)")
-        problems += regressions(unpatched, patched)
+        changes = declared_changes(project)
+        bad = regressions(unpatched, patched)
+        problems += [t for t in bad if t not in changes]
         print_ids("patched regressions", problems)
+        declared = [t for t in bad if t in changes]
+        if declared:
+            print(f"  failing patched as the series changes them on purpose (patches/{CHANGES_FILE}): "
+                  f"{len(declared)}")
+            for test_id in declared:
+                print(f"    {test_id}: {changes[test_id]}")
         print_ids("fixed by the series", fixed_by_series(unpatched, patched))
     if checkout is None:
         return problems

@@ -566,11 +566,11 @@ def table_counts(out: str, label: str) -> dict:
     return counts
 
 
-def series_selection_counts(tmp_path: Path, capsys: pytest.CaptureFixture,
-                            selection: "ut.Selection", helper_dir: str = "") -> dict:
+def series_selection_counts(tmp_path: Path, selection: "ut.Selection", helper_dir: str = "") -> dict:
     """Run `selection` of its test file as the series leaves it (with `helper_dir`, upstream's
-    modules the file imports, from the cached checkout) through upstream-tests with the real
-    project venv; returns its table's counts after checking no patched regression."""
+    modules the file imports, from the cached checkout) on both sides of the real project venv,
+    with upstream-tests' own runs (upstream-tests runs the series' files patched only); returns
+    {outcome: (unpatched, patched)} after checking no patched regression."""
     from patchset_lib.common import find_project
     from patchset_lib.series import patched_result
 
@@ -582,21 +582,29 @@ def series_selection_counts(tmp_path: Path, capsys: pytest.CaptureFixture,
     (checkout / selection.path).write_bytes(result[selection.path])
     if helper_dir:
         shutil.copytree(project.default_checkout / helper_dir, checkout / helper_dir)
-    assert ut.run_upstream_tests(project, runner, checkout, [selection], upstream=checkout) == 0
-    return table_counts(capsys.readouterr().out, selection.label)
+    entries = ut.read_manifest(project)
+    sides = ut.venv_sides(project, ut.checked_torch_dir(project, runner, project.venv_python, entries), entries)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / f"{ut.LOADCHECK_PLUGIN}.py").write_text(ut.LOADCHECK_SOURCE)
+    runs = {side.name: ut.checked_run(project, runner, checkout, selection, side, workdir, "-both").outcomes
+            for side in sides}
+    assert ut.regressions(runs["unpatched"], runs["patched"]) == []
+    counts = {name: ut.count_outcomes(outcomes) for name, outcomes in runs.items()}
+    return {o: (counts["unpatched"][o], counts["patched"][o]) for o in ut.OUTCOMES}
 
 
 def test_meta_kernel_tests_of_the_series_pass_patched_and_fail_unpatched(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        tmp_path: Path) -> None:
     selection = ut.Selection("test/test_meta.py", ("-k", "TestMetaKernelsMatchCPU"))
-    counts = series_selection_counts(tmp_path, capsys, selection)
+    counts = series_selection_counts(tmp_path, selection)
     assert counts["failed"][1] == 0 and counts["passed"][1] >= 100
     assert counts["failed"][0] > 0  # the kernels are what the series adds
 
 
 def test_fx_generated_source_tests_of_the_series_pass_patched_and_fail_unpatched(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+        tmp_path: Path) -> None:
     selection = ut.Selection("test/test_fx.py", ("-k", "TestGraphModuleGeneratedSource"))
-    counts = series_selection_counts(tmp_path, capsys, selection, helper_dir="test/fx")
+    counts = series_selection_counts(tmp_path, selection, helper_dir="test/fx")
     assert counts["failed"][1] == 0 and counts["passed"][1] >= 5
     assert counts["failed"][0] > 0  # freeing the source is what the series adds

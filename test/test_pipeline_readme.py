@@ -26,7 +26,7 @@ from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, MAINTAINER, REPO, TOOL_LI
                       pristine_checkout, series_copy, sha, tree_hashes)
 
 from patchset_lib import cli
-from patchset_lib.common import ABSENT, base_pin, find_project, read_base_hashes
+from patchset_lib.common import ABSENT, Project, base_pin, find_project, read_base_hashes
 
 README = REPO / "README.md"
 MAX_LINES = 200
@@ -245,8 +245,12 @@ def project_venv(venv: Path) -> Path:
 def project_copy(root: Path) -> Path:
     """series_copy with a venv of its own, no torch_overlay/ but its MANIFEST and no hook:
     refresh and overlay write only the copy, and `upstream-tests --checkout` must make the
-    overlay and install the hook itself."""
+    overlay and install the hook itself. Upstream's unmodified test files are this project's
+    cached checkout's, which `setup` extracted (only read)."""
     series_copy(root)
+    checkout = Project(root).default_checkout
+    checkout.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(find_project(TOOL_LIB).default_checkout, checkout)
     (root / "torch_overlay").mkdir()
     shutil.copyfile(REPO / "torch_overlay/MANIFEST", root / "torch_overlay/MANIFEST")
     project_venv(root / ".venv")
@@ -265,7 +269,8 @@ def test_edit_recipe(tmp_path: Path) -> None:
     assert "installed import hook into" in proc.stdout  # upstream-tests made overlay and hook
     tested = proc.stdout.split("differing from", 1)[1].splitlines()[0]
     assert "torch/_subclasses/fake_tensor.py" in tested  # the edited checkout file is what ran
-    assert "patched regressions: 0" in proc.stdout
+    assert "patched regressions: 0" in proc.stdout  # upstream's unmodified test_fake_tensor.py
+    assert "the series' tests failing: 0" in proc.stdout  # the checkout's, patched side only
     new_patches = {p.name: p.read_text() for p in (project / "patches").glob("*.patch")}
     assert new_patches.keys() == old_patches.keys()
     changed = [name for name in new_patches if new_patches[name] != old_patches[name]]

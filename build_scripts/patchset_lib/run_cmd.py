@@ -41,7 +41,7 @@ def cmd_run(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     install_project_venv(project, runner)
     print("run: overlay installed into .venv", flush=True)
     code = int(run_upstream_tests(project, runner, checkout))
-    verdict = "no regressions" if code == 0 else f"FAILED (exit {code})"
+    verdict = "no regressions, the series' tests pass" if code == 0 else f"FAILED (exit {code})"
     print(f"run: series applied to {checkout}; {cached_checkout_note(project, runner)}; "
           f"torch_overlay/ active in {project.venv}; upstream tests (table above): {verdict}")
     return code

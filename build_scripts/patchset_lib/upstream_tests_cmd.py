@@ -1,13 +1,19 @@
 """`upstream-tests`: run upstream test files against the patched and the unpatched torch.
 
+Two statements per test file. Upstream's file as v1.13.1 has it, from the pristine cached
+checkout (`.cache/checkout`, checked against patches/base.sha256), runs on both sides: the
+table, the regressions, what the series fixes. The series' version of the file, from a
+checkout with the series applied (`--checkout DIR`; `run`'s `.cache/patched-checkout`, which
+is also the default when it holds the current series), runs on the patched side only: its
+tests must all pass; those only in the series' file are listed as such.
+
 Both sides use the project `.venv`: the patched side with the import hook on, the unpatched
 side with PATCHSET_OVERLAY=0 (Debian's system torch). With `--checkout DIR` the patched side
 loads the overlaid modules from DIR's own torch/ files (a checkout edited after `apply` is
 tested as edited; an unpatched one is refused; torch_overlay/ and the .venv hook are made
-first, as `run` does); without it, from torch_overlay/, and the
-cached checkout gives only its test/ files. A tiny pytest plugin records, inside each run,
-which files the overlaid modules were loaded from, so a side that silently ran the wrong torch
-is an error rather than a misleading table.
+first, as `run` does); without it, from torch_overlay/. A tiny pytest plugin records, inside
+each run, which files the overlaid modules were loaded from, so a side that silently ran the
+wrong torch is an error rather than a misleading table.
 """
 from __future__ import annotations
 
@@ -15,13 +21,15 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shlex
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .common import PatchsetError, Project, Runner, add_command, raise_if
+from .common import (ABSENT, PatchsetError, Project, Runner, add_command, file_digest, raise_if,
+                     read_base_hashes)
 from .overlay import check_overlay_files, ensure_overlay, read_manifest
 from .overlay_hook import install_project_venv
 from .project_venv import check_project_venv
@@ -35,9 +43,14 @@ from .sides import (
     installed_sides,
     venv_sides,
 )
-from .source import ensure_pristine
+from .series import checkout_state, hashes, patched_result
+from .source import ensure_checkout, ensure_pristine
 
-OUTCOMES = ("passed", "failed", "skipped", "xfailed")
+OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
+# xpassed: a test the file expects to fail passed. upstream's expected-failure lists predate the
+# series, which updates them in its versions of the files: unittest's expectedFailure, a strict
+# xfail, test_meta.py's own lists ("RuntimeError: unexpected success aten.x").
+UNEXPECTED_SUCCESS = re.compile(r"^(?:\w+: )?[Uu]nexpected success\b|^\[XPASS\(strict\)\]")
 LOADCHECK_PLUGIN = "patchset_loadcheck"
 # pytest exit codes that mean "the run itself broke" (internal error, usage error).
 BROKEN_EXIT_CODES = (3, 4)
@@ -67,6 +80,11 @@ class Selection:
     def label(self) -> str:
         return shlex.join([self.path, *self.pytest_args])
 
+    @property
+    def file(self) -> str:
+        """The test file's path in a checkout, without ::node suffixes."""
+        return self.path.split("::", 1)[0]
+
     def target(self) -> str:
         """The pytest argument, relative to <checkout>/test (pytest's cwd)."""
         return self.path[len("test/"):]
@@ -94,7 +112,11 @@ def parse_selection(text: str, keyword: Optional[str]) -> Selection:
 # --- junit XML ---------------------------------------------------------------------------
 
 def case_outcome(case: ET.Element) -> str:
-    if case.find("failure") is not None or case.find("error") is not None:
+    failure = case.find("failure")
+    if failure is not None and case.find("error") is None \
+            and UNEXPECTED_SUCCESS.match(failure.get("message") or ""):
+        return "xpassed"
+    if failure is not None or case.find("error") is not None:
         return "failed"
     skipped = case.find("skipped")
     if skipped is None:
@@ -132,8 +154,25 @@ def regressions(unpatched: Mapping[str, str], patched: Mapping[str, str]) -> Lis
 
 
 def fixed_by_series(unpatched: Mapping[str, str], patched: Mapping[str, str]) -> List[str]:
-    """Tests failing on unpatched that pass on patched (e.g. the series' own new tests)."""
-    return sorted(t for t, o in unpatched.items() if o == "failed" and patched.get(t) == "passed")
+    """Tests failing (or expected to) on unpatched that pass on patched."""
+    return sorted(t for t, o in unpatched.items()
+                  if o in ("failed", "xfailed") and patched.get(t) in ("passed", "xpassed"))
+
+
+CHANGES_FILE = "upstream-test-changes.json"
+
+
+def declared_changes(project: Project) -> Dict[str, str]:
+    """patches/upstream-test-changes.json: {test id: why}, upstream's tests that fail patched
+    because the series changes that behaviour on purpose (its versions of them are changed)."""
+    path = project.patches / CHANGES_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def series_failures(outcomes: Mapping[str, str]) -> List[str]:
+    """Tests of the series' file that fail, or that it expects to fail and pass (its lists are
+    the series' own)."""
+    return sorted(t for t, o in outcomes.items() if o in ("failed", "xpassed"))
 
 
 def format_table(label: str, unpatched: Mapping[str, str], patched: Mapping[str, str]) -> str:
@@ -143,16 +182,44 @@ def format_table(label: str, unpatched: Mapping[str, str], patched: Mapping[str,
     return "\n".join(lines)
 
 
+def format_counts(outcomes: Mapping[str, str]) -> str:
+    counts = count_outcomes(outcomes)
+    return ", ".join(f"{counts[name]} {name}" for name in OUTCOMES)
+
+
 # --- checks ------------------------------------------------------------------------------
 
 def check_checkout(checkout: Path, selections: Sequence[Selection]) -> Optional[str]:
     if not (checkout / "test").is_dir():
         return f"no checkout with a test/ dir at {checkout}: run ./build_scripts/patchset setup first"
     for selection in selections:
-        file = checkout / selection.path.split("::", 1)[0]
+        file = checkout / selection.file
         if not file.is_file():
             return f"no test file {file}"
     return None
+
+
+def upstream_file(project: Project, upstream: Path, selection: Selection) -> Optional[Path]:
+    """Upstream's unmodified test file of `selection` in the pristine tree `upstream`; None when
+    v1.13.1 has none (a file the series creates, or one only the checkout has). A file the
+    series changes must have its pinned base hash there."""
+    base = read_base_hashes(project).get(selection.file)
+    file = upstream / selection.file
+    if base == ABSENT or (base is None and not file.is_file()):
+        return None
+    if file_digest(file) != base and base is not None:
+        raise PatchsetError(f"{file} is not v1.13.1's (patches/base.sha256): is the series applied to "
+                            f"{upstream}? `./build_scripts/patchset apply --reverse` takes it back out")
+    return file
+
+
+def fresh_patched_checkout(project: Project, runner: Runner) -> Optional[Path]:
+    """`run`'s .cache/patched-checkout when it holds the current series, else None."""
+    checkout = project.patched_checkout
+    if not checkout.is_dir() or not project.series_file.is_file():
+        return None
+    state = checkout_state(checkout, read_base_hashes(project), hashes(patched_result(project, runner)))
+    return checkout if state.kind == "patched" else None
 
 
 def check_loaded(side: str, loaded: Mapping[str, Optional[str]], expected: Mapping[str, Path]) -> Optional[str]:
@@ -203,15 +270,23 @@ def _summary_line(log: Path) -> str:
     return lines[-1] if lines else "(no summary)"
 
 
-def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
+def run_upstream_tests(project: Project, runner: Runner, checkout: Optional[Path],
                        selections: Sequence[Selection] = DEFAULT_SELECTIONS,
-                       python: Optional[Path] = None, checkout_modules: bool = False) -> int:
-    """Run `selections` on both sides, print the tables; 1 iff a patched regression exists.
+                       python: Optional[Path] = None, checkout_modules: bool = False,
+                       upstream: Optional[Path] = None) -> int:
+    """Per selection, upstream's file on both sides (table, regressions, fixed) and the series'
+    file of `checkout` on the patched side; 1 iff a regression of upstream's file exists or a
+    test of the series' file fails.
 
+    `checkout`: a tree with the series applied, whose test files are the series' (None: none).
     `python`: a venv where `install --python` replaced the torch files (default: the project .venv).
-    `checkout_modules`: the patched side loads the overlaid modules from the checkout's torch/."""
-    checkout = Path(checkout)
-    for error in (check_project_venv(project), check_checkout(checkout, selections)):
+    `checkout_modules`: the patched side loads the overlaid modules from the checkout's torch/.
+    `upstream`: the pristine tree of upstream's test files (default: the cached checkout)."""
+    checkout = Path(checkout) if checkout is not None else None
+    errors = [check_project_venv(project)]
+    if checkout is not None:
+        errors.append(check_checkout(checkout, selections))
+    for error in errors:
         if error is not None:
             raise PatchsetError(error)
     entries = read_manifest(project)
@@ -226,8 +301,15 @@ def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
                   f"`refresh --from {checkout}` carries edits into patches/): {', '.join(edited)}")
     else:
         print(f"overlay:  {project.overlay}")
-    print(f"checkout: {checkout}")
-    all_regressions: List[str] = []
+    upstream = Path(upstream) if upstream is not None else ensure_checkout(project, runner)
+    raise_if(check_checkout(upstream, []))
+    print(f"upstream: {upstream} (v1.13.1's test files: the tables, both sides)")
+    if checkout is None:
+        print("checkout: none with the series applied, so the series' tests do not run "
+              "(`patchset run` makes .cache/patched-checkout; or --checkout DIR)")
+    else:
+        print(f"checkout: {checkout} (the series' test files: patched side only)")
+    problems: List[str] = []
     with tempfile.TemporaryDirectory(prefix="patchset-upstream-") as tmp:
         workdir = Path(tmp)
         (workdir / f"{LOADCHECK_PLUGIN}.py").write_text(LOADCHECK_SOURCE)
@@ -243,35 +325,79 @@ def run_upstream_tests(project: Project, runner: Runner, checkout: Path,
             sides = [checkout_side(s, checkout, entries, workdir) if s.name == "patched" else s
                      for s in sides]
         for selection in selections:
-            all_regressions += compare_selection(project, runner, checkout, selection, sides, workdir, tag)
-    return 1 if all_regressions else 0
+            problems += compare_selection(project, runner, upstream, checkout, selection, sides, workdir, tag)
+    return 1 if problems else 0
 
 
-def compare_selection(project: Project, runner: Runner, checkout: Path, selection: Selection,
-                      sides: Sequence[Side], workdir: Path, tag: str = "") -> List[str]:
-    """Run one selection on both sides, print its table and lists; return its regressions."""
-    results: Dict[str, SideResult] = {}
-    for side in sides:
-        result = run_side(project, runner, checkout, selection, side, workdir, tag)
-        error = check_loaded(side.name, result.loaded, side.expected)
-        if error is not None:
-            raise PatchsetError(f"{selection.label}: {error}")
-        results[side.name] = result
-    unpatched, patched = results["unpatched"].outcomes, results["patched"].outcomes
+def checked_run(project: Project, runner: Runner, tree: Path, selection: Selection, side: Side,
+                workdir: Path, tag: str) -> SideResult:
+    result = run_side(project, runner, tree, selection, side, workdir, tag)
+    error = check_loaded(side.name, result.loaded, side.expected)
+    if error is not None:
+        raise PatchsetError(f"{selection.label}: {error}")
+    return result
+
+
+def print_ids(title: str, test_ids: Sequence[str], new: Sequence[str] = ()) -> None:
+    """`title: N` and the ids, those in `new` marked as only in the series' file."""
+    print(f"  {title}: {len(test_ids)}")
+    mark = "  (only in the series' file)"
+    for test_id in test_ids:
+        print(f"    {test_id}{mark if test_id in new else ''}")
+
+
+def compare_selection(project: Project, runner: Runner, upstream: Path, checkout: Optional[Path],
+                      selection: Selection, sides: Sequence[Side], workdir: Path, tag: str = "") -> List[str]:
+    """Upstream's file of one selection on both sides (table and lists), then the series' file
+    on the patched side; returns the regressions and the failing tests of the series' file."""
     print()
-    print(format_table(selection.label, unpatched, patched))
-    for name in SIDES:
-        print(f"  {name}: {_summary_line(results[name].log)}  (log: {results[name].log})")
-    if not unpatched and not patched:
-        print("  warning: no test ran on either side (check the file and -k selection)")
-    bad, fixed = regressions(unpatched, patched), fixed_by_series(unpatched, patched)
-    print(f"  patched regressions: {len(bad)}")
-    for test_id in bad:
-        print(f"    {test_id}")
-    print(f"  fixed by the series: {len(fixed)}")
-    for test_id in fixed:
-        print(f"    {test_id}")
-    return bad
+    original = upstream_file(project, upstream, selection)
+    seen: Dict[str, str] = {}
+    problems: List[str] = []
+    if original is None and checkout is None:
+        raise PatchsetError(f"no test file {upstream / selection.file} (v1.13.1 has none) and no "
+                            "checkout with the series applied to take the series' file from")
+    if original is None:
+        print(selection.label)
+        print(f"  v1.13.1 has no {selection.file}: the series' file only")
+    else:
+        results = {side.name: checked_run(project, runner, upstream, selection, side, workdir, tag)
+                   for side in sides}
+        unpatched, patched = results["unpatched"].outcomes, results["patched"].outcomes
+        seen = {**unpatched, **patched}
+        print(format_table(selection.label, unpatched, patched))
+        for name in SIDES:
+            print(f"  {name}: {_summary_line(results[name].log)}  (log: {results[name].log})")
+        if not seen:
+            print("  no test of upstream's file ran on either side (check the file and -k selection)")
+        changes = declared_changes(project)
+        bad = regressions(unpatched, patched)
+        problems += [t for t in bad if t not in changes]
+        print_ids("patched regressions", problems)
+        declared = [t for t in bad if t in changes]
+        if declared:
+            print(f"  failing patched as the series changes them on purpose (patches/{CHANGES_FILE}): "
+                  f"{len(declared)}")
+            for test_id in declared:
+                print(f"    {test_id}: {changes[test_id]}")
+        print_ids("fixed by the series", fixed_by_series(unpatched, patched))
+    if checkout is None:
+        return problems
+    ours = checkout / selection.file
+    if original is not None and ours.read_bytes() == original.read_bytes():
+        print("  the series' file: upstream's, unchanged")
+        return problems
+    patched_side = next(side for side in sides if side.name == "patched")
+    result = checked_run(project, runner, checkout, selection, patched_side, workdir, tag + "-series")
+    new = sorted(set(result.outcomes) - set(seen))
+    failing = series_failures(result.outcomes)
+    print(f"  the series' file, patched: {format_counts(result.outcomes)}  (log: {result.log})")
+    print_ids("the series' tests failing", failing, new)
+    # hundreds for test_fake_tensor.py and test_meta.py: listed in a file beside the logs
+    listing = result.log.with_name(result.log.name.replace(".log", "-only.txt"))
+    listing.write_text("".join(f"{test_id}\n" for test_id in new))
+    print(f"  only in the series' file: {len(new)}" + (f"  (listed in {listing})" if new else ""))
+    return problems + failing
 
 
 def prepare_for_checkout(project: Project, runner: Runner, python: Optional[Path]) -> None:
@@ -284,7 +410,7 @@ def prepare_for_checkout(project: Project, runner: Runner, python: Optional[Path
 
 
 def cmd_upstream_tests(project: Project, runner: Runner, args: argparse.Namespace) -> int:
-    checkout = Path(args.checkout).resolve() if args.checkout else project.default_checkout
+    checkout = Path(args.checkout).resolve() if args.checkout else fresh_patched_checkout(project, runner)
     if args.files:
         selections: Sequence[Selection] = [parse_selection(f, args.keyword) for f in args.files]
     else:
@@ -309,10 +435,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--checkout", metavar="DIR",
                         help="a PyTorch 1.13.1 checkout with the series applied (`apply --checkout "
-                             "DIR`), maybe edited since: its test files run, and the patched side "
-                             "imports its own torch/ files for the modules the series changes; "
-                             "torch_overlay/ and the .venv hook are made first, as `run` does "
-                             "(default: the cached checkout's test files, with torch_overlay/)")
+                             "DIR`), maybe edited since: its test files, the series' versions, run "
+                             "on the patched side, which imports its own torch/ files for the "
+                             "modules the series changes; torch_overlay/ and the .venv hook are "
+                             "made first, as `run` does (default: .cache/patched-checkout when it "
+                             "holds the current series, with torch_overlay/). Upstream's unmodified "
+                             "test files always come from the pristine .cache/checkout")
     parser.add_argument(
         "--files", nargs="+", metavar="FILE",
         help="test files relative to the checkout, optionally with ::node suffixes "

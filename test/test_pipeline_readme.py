@@ -136,7 +136,7 @@ def test_readme_states_the_license_of_the_files_the_series_changes() -> None:
     license_text = (find_project(TOOL_LIB).default_checkout / "LICENSE").read_text()
     assert re.search(r"^3\. Neither the names of", license_text, flags=re.M)  # BSD-3-Clause: three
     assert not re.search(r"^4\. ", license_text, flags=re.M)
-    line = next(line for line in readme().splitlines() if line.startswith("- **License:**"))
+    line = next(line for line in readme().splitlines() if line.startswith("**License:**"))
     assert "PyTorch's own, BSD-3-Clause" in line and "debian/copyright" in line
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,11 @@ def git(*args: str, cwd: Path, env: Optional[Mapping[str, str]] = None) -> str:
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def patch_paths(patch: Path) -> List[str]:
+    """The paths a git format-patch file changes."""
+    return re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), flags=re.M)
 
 
 def tree_hashes(root: Path, skip: str = ".git") -> Dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Set
 
 import pytest
 
-from conftest import run_tool, series_copy
+from conftest import patch_paths, run_tool, series_copy
 from patchset_lib.generated_tests import GENERATED_TESTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -218,10 +218,6 @@ SERIES = [REPO / "patches" / name for name in
 MAX_BODY_LINES = 30
 # issue numbers, timings and patch numbers: history that must not ship upstream
 HISTORY = re.compile(r"issue [0-9]|[0-9] ?us\b|\u00b5s|patch 000[0-9]")
-
-
-def patch_paths(patch: Path) -> list:
-    return re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), flags=re.M)
 
 
 def message_body(patch: Path) -> list:

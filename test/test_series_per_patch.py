@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, patch_paths
 from patchset_lib import series_io
 from patchset_lib.common import Runner, find_project, read_series
 from patchset_lib.overlay import module_name
@@ -60,8 +59,7 @@ def added_classes(pristine: Dict[str, bytes], repo: Path, path: str) -> List[str
 def fake_tensor_targets(pristine: Dict[str, bytes], patch: Path) -> List[str]:
     """test_fake_tensor.py whole where the patch changes what its tests are about, else
     upstream's test classes of it."""
-    paths = re.findall(r"^diff --git a/(\S+) ", patch.read_text(), flags=re.M)
-    if any(p.startswith(FAKE_TENSOR_PATHS) for p in paths):
+    if any(p.startswith(FAKE_TENSOR_PATHS) for p in patch_paths(patch)):
         return [WHOLE_FILE]
     return [f"{WHOLE_FILE}::{name}" for name in defined_test_classes(pristine[WHOLE_FILE].decode())]
 

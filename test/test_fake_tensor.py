@@ -1377,6 +1377,16 @@ class MemoizedFakeOwnershipTest(TestCase):
         self.assertEqual((again * 2).shape, t.shape)
 
     @parametrize("kind", _LINK_KINDS)
+    def test_hit_stays_usable_after_the_link_dies(self, kind):
+        # the hit must not hand out a PyObject that C++ frees with the link
+        t, mode, holder, read = self._linked(kind)
+        again = mode.from_tensor(t)
+        del holder
+        gc.collect()
+        self.assertEqual(again.shape, t.shape)
+        self.assertEqual((again * 2).shape, t.shape)
+
+    @parametrize("kind", _LINK_KINDS)
     def test_mode_and_fakes_freed_once_the_user_drops_them(self, kind):
         t, mode, holder, read = self._linked(kind)
         mode_ref, fake_ref = weakref.ref(mode), weakref.ref(read(holder))
@@ -1490,6 +1500,18 @@ class DeepCopyTest(TestCase):
         self.assertIs(fake.fake_mode, copied)
         self.assertIs(copied.from_tensor(t), fake)
 
+    def test_copied_meta_converter_starts_empty(self):
+        t = torch.randn(3)
+        mc = MetaConverter()
+        meta = mc(t)
+        copied = copy.deepcopy(mc)
+        self.assertIsInstance(copied, MetaConverter)
+        self.assertEqual((len(copied.tensor_memo), len(copied.storage_memo)), (0, 0))
+        copied_meta = copied(t)
+        self.assertTrue(copied_meta.is_meta)
+        self.assertIs(copied(t), copied_meta)
+        self.assertIs(mc(t), meta)
+
     def test_copy_keeps_no_real_tensor_alive(self):
         t = torch.randn(3)
         t_ref = weakref.ref(t)
@@ -1598,21 +1620,21 @@ class StorageSweepBoundTest(TestCase):
 
     def test_dead_storage_entries_bounded_after_backlog_dies(self):
         mc = MetaConverter()
-        holders = self._storage_backlog(mc, 2000)
+        holders = self._storage_backlog(mc, 800)
         del holders
-        for _ in range(10000):
+        for _ in range(1200):
             mc(torch.empty(2))
         self.assertLessEqual(len(mc.storage_memo), 400)
 
     def test_dead_storage_entries_bounded_right_after_live_tensors_die(self):
         mc = MetaConverter()
-        live = [torch.randn(2) for _ in range(5000)]
+        live = [torch.randn(2) for _ in range(500)]
         metas = [mc(t) for t in live]
-        self.assertEqual(len(mc.storage_memo), 5000)
+        self.assertEqual(len(mc.storage_memo), 500)
         del live, metas
         kept = []
         worst = 0
-        for _ in range(2000):
+        for _ in range(200):
             kept.append(torch.randn(2))
             mc(kept[-1])
             # entries = live + dead, and dead <= live + 128
@@ -1630,15 +1652,15 @@ class StorageSweepBoundTest(TestCase):
 
         mc.check_for_expired_weak_storages = counting_sweep
         kept = []
-        for i in range(20000):
+        for i in range(6000):
             t = torch.randn(2)
             mc(t)
             if i % 3 == 0:
                 kept.append(t)
-            if i % 5000 == 4999:
+            if i % 3000 == 2999:
                 kept.clear()
         self.assertGreater(len(scanned), 0)
-        self.assertLessEqual(sum(scanned), 4 * 20000)
+        self.assertLessEqual(sum(scanned), 4 * 6000)
 
 
 instantiate_parametrized_tests(StorageSweepBoundTest)
@@ -3124,6 +3146,50 @@ print(" ".join(f"{k}={v}" for k, v in counts.items()))
 """
 
 
+# The fork hooks registered while torch is imported and after the first conversions.
+_FORK_HOOK_REGISTRATION = r"""
+import os
+hooks = []
+register = os.register_at_fork
+
+def recording(**callbacks):
+    hooks.extend(f.__qualname__ for f in callbacks.values())
+    register(**callbacks)
+
+os.register_at_fork = recording
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode, _GcPause
+at_import = f"{_GcPause.fork_hook_registered},{hooks.count('_GcPause.after_fork')}"
+mode = FakeTensorMode()
+for t in (torch.randn(6, 5)[1:], torch.randn(4, 2, requires_grad=True) * 2, torch.randn(3)[1:]):
+    mode.from_tensor(t)
+print(f"at_import={at_import} "
+      f"converted={_GcPause.fork_hook_registered},{hooks.count('_GcPause.after_fork')}")
+"""
+
+
+# A child forked in the middle of the first view conversion, while gc is paused.
+_FORK_DURING_PAUSE = r"""
+import gc, os
+import torch
+import torch._subclasses.fake_tensor as fake_tensor
+original = fake_tensor._same_view
+seen = []
+
+def forking(*args):
+    if not seen:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if gc.isenabled() else 1)
+        seen.append((gc.isenabled(), os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])))
+    return original(*args)
+
+fake_tensor._same_view = forking
+fake_tensor.FakeTensorMode().from_tensor(torch.randn(6, 5)[1:])
+print(f"parent_gc={seen[0][0]} child_exit={seen[0][1]} parent_gc_after={gc.isenabled()}")
+"""
+
+
 _FIRST_VIEW_CONVERSIONS_STRESS = r"""
 import sys, threading
 import torch
@@ -3314,6 +3380,17 @@ class ConversionInsideConversionTest(TestCase):
         self.assertEqual(counts["inner"], "3000")
         self.assertEqual((counts["inner_wrong"], counts["outer_wrong"], counts["errors"]),
                          ("0", "0", "0"))
+
+    def test_import_registers_no_fork_hook(self):
+        # the first pause registers the fork hook, once
+        counts = _run_script(self, _FORK_HOOK_REGISTRATION)
+        self.assertEqual(counts, {"at_import": "False,0", "converted": "True,1"})
+
+    @unittest.skipIf(sys.platform == "win32", "no fork")
+    def test_child_forked_during_the_pause_has_gc_enabled(self):
+        counts = _run_script(self, _FORK_DURING_PAUSE)
+        self.assertEqual(counts, {"parent_gc": "False", "child_exit": "0",
+                                  "parent_gc_after": "True"})
 
 
 instantiate_parametrized_tests(ConversionInsideConversionTest)

@@ -13,10 +13,10 @@ from torch.testing._internal.common_utils import (
     parametrize,
     run_tests,
 )
-from torch.utils.weak import WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary
+from torch.utils.weak import WeakIdKeyDictionary, _WeakIdKeyWeakValueDictionary
 
 
-_KINDS = [WeakIdKeyDictionary, WeakIdKeyWeakValueDictionary]
+_KINDS = [WeakIdKeyDictionary, _WeakIdKeyWeakValueDictionary]
 
 
 class _Value:
@@ -41,7 +41,7 @@ class _ReadThenWait(dict):
 
 
 class WeakIdKeyDictionaryTest(TestCase):
-    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__)
+    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__.lstrip("_"))
     def test_set_replaces_live_entry_and_key_death_drops_it(self, kind):
         memo = kind()
         x, a, b = torch.randn(2), torch.randn(1), torch.randn(1)
@@ -56,18 +56,18 @@ class WeakIdKeyDictionaryTest(TestCase):
         self.assertEqual(weakref.getweakrefcount(x), 1 if kind is WeakIdKeyDictionary else 2)
         del x
         self.assertEqual(len(memo), 0)
-        self.assertEqual(memo._deaths, 1)
+        self.assertEqual(memo.deaths, 1)
 
     def test_weak_value_death_drops_entry(self):
-        memo = WeakIdKeyWeakValueDictionary()
+        memo = _WeakIdKeyWeakValueDictionary()
         x, v = torch.randn(2), torch.randn(1)
         self.assertIs(memo.setdefault(x, v), v)
         del v
         self.assertEqual(len(memo), 0)
         self.assertIsNone(memo.get(x))
-        self.assertEqual(memo._deaths, 0)
+        self.assertEqual(memo.deaths, 0)
 
-    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__)
+    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__.lstrip("_"))
     def test_pop_contains_and_update(self, kind):
         memo = kind()
         x, y, v = torch.randn(2), torch.randn(2), torch.randn(1)
@@ -82,7 +82,7 @@ class WeakIdKeyDictionaryTest(TestCase):
         self.assertEqual(len(memo), 0)
 
     def test_items_skip_a_value_that_dies_while_iterating(self):
-        memo = WeakIdKeyWeakValueDictionary()
+        memo = _WeakIdKeyWeakValueDictionary()
         x, y, w, v = torch.randn(2), torch.randn(2), _Value(), _Value()
         v.cycle = v  # dies only by the cyclic gc
         memo[y] = w
@@ -99,7 +99,7 @@ class WeakIdKeyDictionaryTest(TestCase):
         # Two threads read the entry of a value that died, before its death
         # callback ran, and then store their own: they must agree on one
         # value, and the late callback must not remove it.
-        memo = WeakIdKeyWeakValueDictionary()
+        memo = _WeakIdKeyWeakValueDictionary()
         x, old = torch.randn(2), _Value()
         memo.setdefault(x, old)
         memo.data = _ReadThenWait(memo.data, 2)
@@ -130,7 +130,7 @@ class WeakIdKeyDictionaryTest(TestCase):
     def test_threads_get_back_the_live_value_they_were_given(self, n_threads):
         # Each value dies when the last thread drops it, so death callbacks run
         # in every thread while others store new values under the same keys.
-        memo = WeakIdKeyWeakValueDictionary()
+        memo = _WeakIdKeyWeakValueDictionary()
         keys = [torch.randn(1) for _ in range(4)]
         lost, finished = [], []
 
@@ -155,7 +155,7 @@ class WeakIdKeyDictionaryTest(TestCase):
         self.assertEqual(len(finished), n_threads)
         self.assertEqual(lost, [])
 
-    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__)
+    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__.lstrip("_"))
     @parametrize("copy_fn", [copy.copy, copy.deepcopy], name_fn=lambda f: f.__name__)
     def test_copies_keep_the_keys(self, copy_fn, kind):
         memo = kind()
@@ -167,7 +167,7 @@ class WeakIdKeyDictionaryTest(TestCase):
         del x
         self.assertEqual((len(memo), len(memo_copy)), (0, 0))
 
-    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__)
+    @parametrize("kind", _KINDS, name_fn=lambda kind: kind.__name__.lstrip("_"))
     def test_copy_shares_the_values(self, kind):
         memo = kind()
         x, v = torch.randn(2), torch.randn(1)
@@ -183,7 +183,7 @@ class WeakIdKeyDictionaryTest(TestCase):
         self.assertEqual(value, v)
 
     def test_deepcopy_shares_weak_values(self):
-        memo = WeakIdKeyWeakValueDictionary()
+        memo = _WeakIdKeyWeakValueDictionary()
         x, v = torch.randn(2), torch.randn(1)
         memo[x] = v
         self.assertIs(copy.deepcopy(memo).get(x), v)

@@ -2662,16 +2662,41 @@ class FakeViewConversionTest(TestCase):
         x, v = _leaf_view_of_grad_base()
         self.assertTrue(self._fake_of_view_checked(x, v).is_leaf)
 
-    def test_non_view_non_leaf_has_grad_fn_and_grad_flows(self):
+    @parametrize("transposed", [False, True])
+    def test_non_view_non_leaf_has_grad_fn_and_its_layout(self, transposed):
         w = torch.randn(3, 4, requires_grad=True)
-        y = w * 2
+        y = (w.t() if transposed else w) * 2
         mode = FakeTensorMode()
         fy = mode.from_tensor(y)
         self._check_autograd_fields(fy, y)
         self.assertIsNotNone(fy.grad_fn)
+        self.assertEqual(fy._version, y._version)
         (grad,) = torch.autograd.grad((fy * 3).sum(), fy)
         self.assertIsInstance(grad, FakeTensor)
         self.assertEqual(grad.shape, y.shape)
+
+    def test_backward_through_non_leaf_fake_raises(self):
+        y = torch.randn(3, 4, requires_grad=True) * 2
+        fy = FakeTensorMode().from_tensor(y)
+        with self.assertRaisesRegex(RuntimeError, "backward\\(\\) through the fake of a non-leaf"):
+            (fy * 3).sum().backward()
+
+    def test_in_place_op_on_non_leaf_fake_runs_as_on_the_real_tensor(self):
+        y = torch.randn(3, 4, requires_grad=True) * 2
+        mode = FakeTensorMode()
+        fy = mode.from_tensor(y)
+        with mode:
+            fy.add_(1)
+        y.add_(1)
+        self.assertEqual(_fields_of(fy), _fields_of(y))
+
+    def test_constant_non_leaf_fake_stays_a_leaf_holding_its_constant(self):
+        y = torch.randn(3, requires_grad=True) * 2
+        mode = FakeTensorMode()
+        fy = mode.fake_tensor_converter(mode, y, make_constant=True)
+        self.assertIs(fy.constant, y)
+        self.assertTrue(fy.is_leaf)
+        self.assertTrue(fy.requires_grad)
 
     def test_sparse_non_leaf_fake_stays_a_leaf(self):
         y = torch.randn(3, 3).to_sparse().requires_grad_() * 2
@@ -2814,6 +2839,9 @@ class FakeViewConversionTest(TestCase):
         self.assertIs(fv._base, mode.from_tensor(x))
 
 
+instantiate_parametrized_tests(FakeViewConversionTest)
+
+
 class FakeViewGradFnKindTest(TestCase):
     """The fake of a view of a base requiring grad is made by as_strided on the base's fake, so
     its grad_fn is one AsStridedBackward0 (as later torch's), whatever view ops made the real
@@ -2880,11 +2908,14 @@ class FakeViewSymbolicAndConstantConversionTest(TestCase):
         mode, (fake,) = self._symbolic(real)
         self.assertEqual(_size_hints(fake), (tuple(real.shape), real.stride(), real.storage_offset()))
 
-    def test_symbolic_non_view_non_leaf_has_grad_fn(self):
-        y = torch.randn(3, 4, requires_grad=True) * 2
+    @parametrize("transposed", [False, True])
+    def test_symbolic_non_view_non_leaf_has_grad_fn_and_its_layout(self, transposed):
+        w = torch.randn(3, 4, requires_grad=True)
+        y = (w.t() if transposed else w) * 2
         mode, (fy,) = self._symbolic(y)
         self.assertFalse(fy.is_leaf)
         self.assertIsNotNone(fy.grad_fn)
+        self.assertEqual(_size_hints(fy), (tuple(y.shape), y.stride(), y.storage_offset()))
         (grad,) = torch.autograd.grad(fy.sum(), fy)
         self.assertEqual(len(grad.shape), 2)
 

@@ -27,11 +27,11 @@ def each(reason: str, *names: str) -> Dict[str, str]:
     return dict.fromkeys(names, reason)
 
 
-VIEW = ("0018: the fake of a view is an autograd view of its base's fake (`_is_view()`, as the "
+VIEW = ("0019: the fake of a view is an autograd view of its base's fake (`_is_view()`, as the "
         "real view); 1.13.1 made a leaf that is no view")
-NONLEAF = ("0019: the fake of a non-leaf has a grad_fn (Error in repr, later torch's "
+NONLEAF = ("0020: the fake of a non-leaf has a grad_fn (Error in repr, later torch's "
            "DelayedError node) and is_leaf False; 1.13.1 made a leaf requiring grad")
-NONLEAF_AUTOGRAD = ("0019: the fake of a non-leaf is a non-leaf, so it behaves as the real one "
+NONLEAF_AUTOGRAD = ("0020: the fake of a non-leaf is a non-leaf, so it behaves as the real one "
                     "where autograd tells them apart: setting its requires_grad raises "
                     "RuntimeError, reading .grad warns (UserWarning); backward() through it "
                     "raises RuntimeError, as in later torch, since the real tensor's autograd "
@@ -68,7 +68,7 @@ DELIBERATE: Dict[str, str] = {
     **each(NONLEAF_AUTOGRAD, "requires_grad_(False)[nonleaf]", "requires_grad=[nonleaf]",
            ".grad[nonleaf]", ".grad=None[nonleaf]", "backward[nonleaf]",
            "register_hook[nonleaf]", "retain_grad[nonleaf]"),
-    "from_tensor.two_views_of_one_base": ("0018: fakes of views of one base share the base "
+    "from_tensor.two_views_of_one_base": ("0019: fakes of views of one base share the base "
                                           "fake's version counter, so one add_ makes both "
                                           "versions 1 as for the real views; 1.13.1 counted 2"),
     **each(KERNEL_INVOCATION, "mode.vars", "mode.dir"),

@@ -1317,7 +1317,6 @@ _LINK_STRESS = inspect.getsource(_link) + textwrap.dedent(
     import sys, threading, torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     kind, n_threads, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    sys.setswitchinterval(1e-6)
     mode = FakeTensorMode()
     reals = [torch.randn(16) for _ in range(64)]
     wrong, errors = [], []
@@ -2510,7 +2509,6 @@ _FIRST_DEVICE_QUERIES = r"""
 import sys, threading, torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 n_threads = int(sys.argv[1])
-sys.setswitchinterval(1e-6)
 mode = FakeTensorMode()
 fakes = [mode.from_tensor(torch.randn(4)) for _ in range(n_threads)]
 start = threading.Barrier(n_threads)

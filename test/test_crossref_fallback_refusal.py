@@ -46,7 +46,7 @@ def test_view_output_the_fallback_refuses_is_a_fallback_refusal(fallback):
     assert record["class"] == crossref.REFUSED, record
     assert record["fallback"] is True
     assert record["fallback_ops"] == ["crossref_refusal_test.tail.default"]
-    assert record["detail"].startswith("NotImplementedError")
+    assert record["detail"].startswith("UnsupportedFallbackException")
 
 
 def test_fresh_output_through_the_fallback_is_compared(fallback):

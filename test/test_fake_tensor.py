@@ -30,7 +30,6 @@ from torch._subclasses.meta_utils import MetaConverter
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     run_fallback_kernel,
@@ -38,6 +37,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._mode_utils import no_dispatch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 class FakeTensorTest(TestCase):
     def checkType(self, t, device_str, size):
@@ -499,6 +499,144 @@ class FakeTensorConstHandling(TestCase):
             self.assertNotConst(y)
             y[0] = 1
             self.assertNotConst(x)
+
+
+class KernelInvocationThreadTest(TestCase):
+    """A kernel running in one thread leaves the fakes of other threads as they are."""
+
+    def test_kernel_invocation_of_another_thread_keeps_devices(self):
+        import torch._subclasses.fake_tensor as fake_tensor
+        mode = FakeTensorMode()
+        fake = mode.from_tensor(torch.randn(2))
+        inside, release = threading.Event(), threading.Event()
+
+        def kernel():
+            with fake_tensor.in_kernel_invocation_manager(mode):
+                inside.set()
+                release.wait(60)
+
+        other = threading.Thread(target=kernel)
+        other.start()
+        try:
+            self.assertTrue(inside.wait(60))
+            self.assertEqual(fake.device, torch.device("cpu"))
+            converted = mode.from_tensor(torch.randn(4, 3)[1:])
+            self.assertEqual(converted.device, torch.device("cpu"))
+            with mode:
+                out = fake + 1
+            self.assertEqual(out.device, torch.device("cpu"))
+        finally:
+            release.set()
+            other.join()
+
+
+# Threads whose first device queries of fakes in a fresh process, made under
+# the mode, all start at once.
+_FIRST_DEVICE_QUERIES = r"""
+import sys, threading, torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+n_threads = int(sys.argv[1])
+mode = FakeTensorMode()
+fakes = [mode.from_tensor(torch.randn(4)) for _ in range(n_threads)]
+start = threading.Barrier(n_threads)
+counts = {"errors": 0, "wrong": 0}
+
+def query(fake):
+    start.wait()
+    try:
+        with mode:
+            devices = [fake.device, torch.ones_like(fake).device]
+        devices += [fake.device, torch.ones_like(fake).device]
+        counts["wrong"] += sum(d != torch.device("cpu") for d in devices)
+    except Exception:
+        counts["errors"] += 1
+
+threads = [threading.Thread(target=query, args=(f,)) for f in fakes]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+print(" ".join(f"{k}={v}" for k, v in counts.items()))
+"""
+
+# A device query under the mode whose lookup of prim.device, if torch.ops makes
+# one, another thread's lookup overtakes: the other object ends up cached.
+_OVERTAKEN_DEVICE_QUERY = r"""
+import threading, torch, torch._ops
+from torch._subclasses.fake_tensor import FakeTensorMode
+mode = FakeTensorMode()
+fake = mode.from_tensor(torch.randn(2))
+original = torch._ops.OpOverloadPacket.__getattr__
+counts = {"errors": 0, "wrong": 0, "overtaken": 0}
+
+def resolving(self, key):
+    made = original(self, key)
+    if self._qualified_op_name == "prim::device" and not counts["overtaken"]:
+        counts["overtaken"] += 1
+        delattr(self, key)
+        other = threading.Thread(target=original, args=(self, key))
+        other.start()
+        other.join()
+    return made
+
+torch._ops.OpOverloadPacket.__getattr__ = resolving
+try:
+    with mode:
+        counts["wrong"] += fake.device != torch.device("cpu")
+except Exception:
+    counts["errors"] += 1
+print(" ".join(f"{k}={v}" for k, v in counts.items()))
+"""
+
+# The torch.ops names fake dispatch looks up for the first time: device queries
+# of a fake and a tensor literal under the mode.
+_FAKE_DISPATCH_LOOKUPS = r"""
+import torch
+from torch._ops import OpOverloadPacket, _OpNamespace, _Ops
+from torch._subclasses.fake_tensor import FakeTensorMode
+mode = FakeTensorMode()
+fake = mode.from_tensor(torch.randn(2))
+first_lookups = []
+
+def recorded(lookup):
+    def __getattr__(self, name):
+        first_lookups.append(name)
+        return lookup(self, name)
+    return __getattr__
+
+for cls in (_Ops, _OpNamespace, OpOverloadPacket):
+    cls.__getattr__ = recorded(cls.__getattr__)
+fake.device
+with mode:
+    fake.device
+    torch.tensor([1.0, 2.0])
+print(first_lookups)
+"""
+
+
+def _run_fresh(test, script, *argv):
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, argv)],
+                          capture_output=True, text=True, timeout=120)
+    test.assertEqual(proc.returncode, 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+class OverloadLookupThreadTest(TestCase):
+    """The overloads fake dispatch recognizes are resolved before any thread
+    can race on their first lookup, so device queries get fake devices."""
+
+    def test_fake_dispatch_looks_up_no_overload_for_the_first_time(self):
+        self.assertEqual(_run_fresh(self, _FAKE_DISPATCH_LOOKUPS), "[]\n")
+
+    def test_overtaken_device_query_gets_fake_device(self):
+        out = _run_fresh(self, _OVERTAKEN_DEVICE_QUERY)
+        self.assertEqual(out, "errors=0 wrong=0 overtaken=0\n")
+
+    def test_threads_first_device_queries_get_fake_devices(self):
+        for _ in range(3):
+            out = _run_fresh(self, _FIRST_DEVICE_QUERIES, 16)
+            self.assertEqual(out, "errors=0 wrong=0\n")
+
 
 def contains_type(type: torch._C.Type, maybe_contained_type: torch._C.Type):
     return maybe_contained_type.isSubtypeOf(type) or any(
@@ -1669,244 +1807,6 @@ class StorageSweepBoundTest(TestCase):
 instantiate_parametrized_tests(StorageSweepBoundTest)
 
 
-def _view_of_view_grad():
-    # requires_grad set on an intermediate view: z requires grad through it
-    x = torch.randn(8)
-    y = x.view(2, 4)
-    y.requires_grad = True
-    return x, y.view(2, 2, 2)
-
-
-def _channels_last_non_leaf():
-    return torch.empty(2, 3, 4, 5, memory_format=torch.channels_last, requires_grad=True) + 2
-
-
-def _set_with_offset():
-    return torch.empty(0).set_(torch.randn(10).storage(), 2, (2, 3), (1, 2))
-
-
-def _inference_tensor():
-    with torch.inference_mode():
-        return torch.randn(3, 2)
-
-
-def _inference_view():
-    with torch.inference_mode():
-        x = torch.randn(4, 2)
-        return x, x[1:]
-
-
-def _parameter_with_grad():
-    p = torch.nn.Parameter(torch.randn(4, 2))
-    p.grad = torch.randn(2, 4).t()
-    return p
-
-
-def _leaf_view_of_grad_base():
-    x = torch.randn(4, 3, requires_grad=True)
-    with torch.no_grad():
-        return x, x[1:]
-
-
-# name -> () -> tensor, or a tuple (converted in order, compared: the last one)
-_CONVERSION_CASES = {
-    "dense_leaf": lambda: torch.randn(4, 3),
-    "leaf_requires_grad": lambda: torch.randn(4, 3, requires_grad=True),
-    "non_leaf": lambda: torch.randn(4, 3, requires_grad=True) * 2,
-    "parameter": lambda: torch.nn.Parameter(torch.randn(3, 2)),
-    "parameter_without_grad_flag": lambda: torch.nn.Parameter(torch.randn(3), requires_grad=False),
-    "parameter_with_grad": _parameter_with_grad,
-    "channels_last_leaf": lambda: torch.empty(2, 3, 4, 5, memory_format=torch.channels_last),
-    "channels_last_non_leaf": _channels_last_non_leaf,
-    "strided_leaf_with_gaps": lambda: torch.empty_strided((2, 3), (4, 1)),
-    "view_of_leaf": lambda: (lambda x: (x, x[1:, 1:]))(torch.randn(4, 3)),
-    "view_of_grad_leaf": lambda: (lambda x: (x, x.t()))(torch.randn(4, 3, requires_grad=True)),
-    "view_of_view_grad_on_intermediate": _view_of_view_grad,
-    "leaf_view_of_grad_base": _leaf_view_of_grad_base,
-    "expand_zero_stride": lambda: torch.randn(3, 1).expand(3, 4),
-    "set_with_offset": _set_with_offset,
-    "empty": lambda: torch.empty(0, 3, dtype=torch.float64),
-    "zero_dim": lambda: torch.zeros((), dtype=torch.int32),
-    "inference": _inference_tensor,
-    "inference_view": _inference_view,
-    "complex_view_as_real": lambda: (lambda x: (x, torch.view_as_real(x)))(
-        torch.randn(3, dtype=torch.complex64)
-    ),
-    "sparse": lambda: torch.randn(3, 4).to_sparse(),
-}
-
-
-def _make_case(name):
-    made = _CONVERSION_CASES[name]()
-    return made if isinstance(made, tuple) else (made,)
-
-
-def _grad_of(t):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "The .grad attribute of a Tensor")
-        return t.grad
-
-
-def _is_leaf_of(t):
-    try:
-        return t.is_leaf
-    except RuntimeError:  # inference tensors may not say
-        return None
-
-
-class ConversionFieldsTest(TestCase):
-    """Every field of a conversion against the real tensor, for MetaConverter's metas and
-    FakeTensorConverter's fakes."""
-
-    def _check_fields(self, out, real, converted, expect_device, autograd_fields=True):
-        self.assertEqual(out.dtype, real.dtype)
-        self.assertEqual(out.device, expect_device(real))
-        self.assertEqual(out.shape, real.shape)
-        self.assertEqual(out.is_sparse, real.is_sparse)
-        if not real.is_sparse:
-            self.assertEqual(out.stride(), real.stride())
-            self.assertEqual(out.storage_offset(), real.storage_offset())
-        self.assertEqual(out.requires_grad, real.requires_grad)
-        self.assertEqual(out.is_conj(), real.is_conj())
-        self.assertEqual(out.is_neg(), real.is_neg())
-        self.assertEqual(out.is_inference(), real.is_inference())
-        self.assertEqual(
-            isinstance(out, torch.nn.Parameter), isinstance(real, torch.nn.Parameter)
-        )
-        if _grad_of(real) is None:
-            self.assertIsNone(_grad_of(out))
-        else:
-            self._check_fields(
-                _grad_of(out), real.grad, converted, expect_device, autograd_fields
-            )
-        if autograd_fields:
-            self.assertEqual(_is_leaf_of(out), _is_leaf_of(real))
-            self.assertEqual(out._is_view(), real._is_view())
-            if real._is_view():
-                self.assertIs(out._base, converted(real._base))
-                self._check_fields(out._base, real._base, converted, expect_device)
-
-    @parametrize("case", sorted(_CONVERSION_CASES), name_fn=lambda c: c)
-    def test_meta_matches_real(self, case):
-        tensors = _make_case(case)
-        mc = MetaConverter()
-        outs = [mc(t) for t in tensors]
-        self.assertTrue(outs[-1].is_meta)
-        # converted(t) is a memo hit: bases are compared by identity
-        self._check_fields(outs[-1], tensors[-1], mc, lambda t: torch.device("meta"))
-
-    @parametrize("case", sorted(_CONVERSION_CASES), name_fn=lambda c: c)
-    def test_fake_matches_real(self, case):
-        # is_leaf, _is_view() and _base too: FakeTensor wrapping detaches, so fakes of views
-        # and non-leaves are made through autograd from the fake of the base or leaf
-        tensors = _make_case(case)
-        mode = FakeTensorMode()
-        outs = [mode.from_tensor(t) for t in tensors]
-        self.assertIsInstance(outs[-1], FakeTensor)
-        self._check_fields(outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device)
-
-    def test_autograd_grad_through_meta_of_channels_last_non_leaf(self):
-        y = _channels_last_non_leaf()
-        mc = MetaConverter()
-        m = mc(y)
-        (grad,) = torch.autograd.grad(m.sum(), m)
-        self.assertEqual(grad.shape, y.shape)
-
-    def test_meta_of_fresh_tensor_and_its_views_count_writes_as_the_real_ones(self):
-        x, z = _view_of_view_grad()
-        mc = MetaConverter()
-        mx, mz = mc(x), mc(z)
-        self.assertIs(mz._base, mx)
-        self.assertEqual((mx._version, mz._version), (x._version, z._version))
-        with torch.no_grad():
-            z.add_(1)
-            mz.add_(1)
-        self.assertEqual((mx._version, mz._version), (x._version, z._version))
-
-    @parametrize("bit", ["conj", "neg"])
-    def test_view_lacking_the_bit_of_its_base(self, bit):
-        # conj() of a conj tensor is a view without the bit: its meta, a view
-        # of the base's meta, must not keep the base's
-        x = torch.randn(3, dtype=torch.complex64)
-        set_bit = torch._C._set_conj if bit == "conj" else torch._C._set_neg
-        is_set = torch.Tensor.is_conj if bit == "conj" else torch.Tensor.is_neg
-        set_bit(x, True)
-        v = x.conj() if bit == "conj" else torch._neg_view(x)
-        self.assertTrue(v._is_view())
-        self.assertFalse(is_set(v))
-        m = MetaConverter().meta_tensor(v)
-        self.assertTrue(is_set(m._base))
-        self.assertFalse(is_set(m))
-
-
-instantiate_parametrized_tests(ConversionFieldsTest)
-
-
-class _DispatchRecorder(TorchDispatchMode):
-    def __init__(self):
-        self.log = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.log.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
-class DenseLeafConversionTest(TestCase):
-    def _convert(self, tensors):
-        mode = FakeTensorMode()
-        return mode, [mode.from_tensor(t) for t in tensors]
-
-    @parametrize("layout", ["contiguous", "channels_last", "transposed"])
-    @parametrize("first", ["tensor", "tensor_set_onto_its_storage"])
-    def test_dense_tensors_on_one_storage_share_its_meta(self, layout, first):
-        x = torch.randn(2, 3, 4, 5)
-        if layout == "channels_last":
-            x = x.to(memory_format=torch.channels_last)
-        elif layout == "transposed":
-            x = torch.empty_strided((2, 3, 4, 5), (1, 2, 6, 24)).normal_()
-        on_x = torch.empty(0).set_(x.storage(), 0, x.shape, x.stride())
-        tensors = [x, on_x] if first == "tensor" else [on_x, x]
-        mode, fakes = self._convert(tensors)
-        mc = mode.fake_tensor_converter.meta_converter
-        self.assertEqual(torch._C._storage_id(fakes[0]), torch._C._storage_id(fakes[1]))
-        for fake, t in zip(fakes, tensors):
-            self.assertEqual((fake.shape, fake.stride()), (t.shape, t.stride()))
-        self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
-        # each starts a counter of its own at 0, as a fresh tensor does (the set_
-        # that placed it on the meta storage is not counted); like the real
-        # ones, the two do not share it
-        self.assertEqual([fake._version for fake in fakes], [0, 0])
-        with mode, torch.no_grad():
-            fakes[0].add_(1)
-        self.assertEqual([fake._version for fake in fakes], [1, 0])
-
-    def test_conversion_under_its_own_mode_makes_plain_fakes(self):
-        # the meta factory and the wrapper must not reach the mode (they would make fakes of
-        # fakes, on the meta device)
-        mode = FakeTensorMode()
-        x, p = torch.randn(3), torch.nn.Parameter(torch.randn(2))
-        with mode:
-            fx, fp = mode.from_tensor(x), mode.from_tensor(p)
-        for f in (fx, fp):
-            self.assertIsInstance(f, FakeTensor)
-            self.assertIs(f.fake_mode, mode)
-            self.assertEqual(f.device, torch.device("cpu"))
-        self.assertIsInstance(fp, torch.nn.Parameter)
-        self.assertIs(mode.from_tensor(x), fx)
-
-    def test_conversion_invisible_to_torch_dispatch_mode(self):
-        mode = FakeTensorMode()
-        p = torch.nn.Parameter(torch.randn(3))
-        recorder = _DispatchRecorder()
-        with recorder:
-            f = mode.from_tensor(p)
-        self.assertEqual(recorder.log, [])
-        self.assertIsInstance(f, FakeTensor)
-
-
-instantiate_parametrized_tests(DenseLeafConversionTest)
-
-
 # Operators without a Meta kernel, so that FakeTensorMode runs their CPU kernels through the
 # fallback.  Some kernels record weak references to the real tensors they see and return, which
 # lets the tests check that no real temporary outlives the call.
@@ -2452,6 +2352,244 @@ class FallbackKernelMetadataChangeTest(TestCase):
 instantiate_parametrized_tests(FallbackKernelMetadataChangeTest)
 
 
+def _view_of_view_grad():
+    # requires_grad set on an intermediate view: z requires grad through it
+    x = torch.randn(8)
+    y = x.view(2, 4)
+    y.requires_grad = True
+    return x, y.view(2, 2, 2)
+
+
+def _channels_last_non_leaf():
+    return torch.empty(2, 3, 4, 5, memory_format=torch.channels_last, requires_grad=True) + 2
+
+
+def _set_with_offset():
+    return torch.empty(0).set_(torch.randn(10).storage(), 2, (2, 3), (1, 2))
+
+
+def _inference_tensor():
+    with torch.inference_mode():
+        return torch.randn(3, 2)
+
+
+def _inference_view():
+    with torch.inference_mode():
+        x = torch.randn(4, 2)
+        return x, x[1:]
+
+
+def _parameter_with_grad():
+    p = torch.nn.Parameter(torch.randn(4, 2))
+    p.grad = torch.randn(2, 4).t()
+    return p
+
+
+def _leaf_view_of_grad_base():
+    x = torch.randn(4, 3, requires_grad=True)
+    with torch.no_grad():
+        return x, x[1:]
+
+
+# name -> () -> tensor, or a tuple (converted in order, compared: the last one)
+_CONVERSION_CASES = {
+    "dense_leaf": lambda: torch.randn(4, 3),
+    "leaf_requires_grad": lambda: torch.randn(4, 3, requires_grad=True),
+    "non_leaf": lambda: torch.randn(4, 3, requires_grad=True) * 2,
+    "parameter": lambda: torch.nn.Parameter(torch.randn(3, 2)),
+    "parameter_without_grad_flag": lambda: torch.nn.Parameter(torch.randn(3), requires_grad=False),
+    "parameter_with_grad": _parameter_with_grad,
+    "channels_last_leaf": lambda: torch.empty(2, 3, 4, 5, memory_format=torch.channels_last),
+    "channels_last_non_leaf": _channels_last_non_leaf,
+    "strided_leaf_with_gaps": lambda: torch.empty_strided((2, 3), (4, 1)),
+    "view_of_leaf": lambda: (lambda x: (x, x[1:, 1:]))(torch.randn(4, 3)),
+    "view_of_grad_leaf": lambda: (lambda x: (x, x.t()))(torch.randn(4, 3, requires_grad=True)),
+    "view_of_view_grad_on_intermediate": _view_of_view_grad,
+    "leaf_view_of_grad_base": _leaf_view_of_grad_base,
+    "expand_zero_stride": lambda: torch.randn(3, 1).expand(3, 4),
+    "set_with_offset": _set_with_offset,
+    "empty": lambda: torch.empty(0, 3, dtype=torch.float64),
+    "zero_dim": lambda: torch.zeros((), dtype=torch.int32),
+    "inference": _inference_tensor,
+    "inference_view": _inference_view,
+    "complex_view_as_real": lambda: (lambda x: (x, torch.view_as_real(x)))(
+        torch.randn(3, dtype=torch.complex64)
+    ),
+    "sparse": lambda: torch.randn(3, 4).to_sparse(),
+}
+
+
+def _make_case(name):
+    made = _CONVERSION_CASES[name]()
+    return made if isinstance(made, tuple) else (made,)
+
+
+def _grad_of(t):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The .grad attribute of a Tensor")
+        return t.grad
+
+
+def _is_leaf_of(t):
+    try:
+        return t.is_leaf
+    except RuntimeError:  # inference tensors may not say
+        return None
+
+
+class ConversionFieldsTest(TestCase):
+    """Every field of a conversion against the real tensor, for MetaConverter's metas and
+    FakeTensorConverter's fakes."""
+
+    def _check_fields(self, out, real, converted, expect_device, autograd_fields=True):
+        self.assertEqual(out.dtype, real.dtype)
+        self.assertEqual(out.device, expect_device(real))
+        self.assertEqual(out.shape, real.shape)
+        self.assertEqual(out.is_sparse, real.is_sparse)
+        if not real.is_sparse:
+            self.assertEqual(out.stride(), real.stride())
+            self.assertEqual(out.storage_offset(), real.storage_offset())
+        self.assertEqual(out.requires_grad, real.requires_grad)
+        self.assertEqual(out.is_conj(), real.is_conj())
+        self.assertEqual(out.is_neg(), real.is_neg())
+        self.assertEqual(out.is_inference(), real.is_inference())
+        self.assertEqual(
+            isinstance(out, torch.nn.Parameter), isinstance(real, torch.nn.Parameter)
+        )
+        if _grad_of(real) is None:
+            self.assertIsNone(_grad_of(out))
+        else:
+            self._check_fields(
+                _grad_of(out), real.grad, converted, expect_device, autograd_fields
+            )
+        if autograd_fields:
+            self.assertEqual(_is_leaf_of(out), _is_leaf_of(real))
+            self.assertEqual(out._is_view(), real._is_view())
+            if real._is_view():
+                self.assertIs(out._base, converted(real._base))
+                self._check_fields(out._base, real._base, converted, expect_device)
+
+    @parametrize("case", sorted(_CONVERSION_CASES), name_fn=lambda c: c)
+    def test_meta_matches_real(self, case):
+        tensors = _make_case(case)
+        mc = MetaConverter()
+        outs = [mc(t) for t in tensors]
+        self.assertTrue(outs[-1].is_meta)
+        # converted(t) is a memo hit: bases are compared by identity
+        self._check_fields(outs[-1], tensors[-1], mc, lambda t: torch.device("meta"))
+
+    @parametrize("case", sorted(_CONVERSION_CASES), name_fn=lambda c: c)
+    def test_fake_matches_real(self, case):
+        # is_leaf, _is_view() and _base too: FakeTensor wrapping detaches, so fakes of views
+        # and non-leaves are made through autograd from the fake of the base or leaf
+        tensors = _make_case(case)
+        mode = FakeTensorMode()
+        outs = [mode.from_tensor(t) for t in tensors]
+        self.assertIsInstance(outs[-1], FakeTensor)
+        self._check_fields(outs[-1], tensors[-1], mode.from_tensor, lambda t: t.device)
+
+    def test_autograd_grad_through_meta_of_channels_last_non_leaf(self):
+        y = _channels_last_non_leaf()
+        mc = MetaConverter()
+        m = mc(y)
+        (grad,) = torch.autograd.grad(m.sum(), m)
+        self.assertEqual(grad.shape, y.shape)
+
+    def test_meta_of_fresh_tensor_and_its_views_count_writes_as_the_real_ones(self):
+        x, z = _view_of_view_grad()
+        mc = MetaConverter()
+        mx, mz = mc(x), mc(z)
+        self.assertIs(mz._base, mx)
+        self.assertEqual((mx._version, mz._version), (x._version, z._version))
+        with torch.no_grad():
+            z.add_(1)
+            mz.add_(1)
+        self.assertEqual((mx._version, mz._version), (x._version, z._version))
+
+    @parametrize("bit", ["conj", "neg"])
+    def test_view_lacking_the_bit_of_its_base(self, bit):
+        # conj() of a conj tensor is a view without the bit: its meta, a view
+        # of the base's meta, must not keep the base's
+        x = torch.randn(3, dtype=torch.complex64)
+        set_bit = torch._C._set_conj if bit == "conj" else torch._C._set_neg
+        is_set = torch.Tensor.is_conj if bit == "conj" else torch.Tensor.is_neg
+        set_bit(x, True)
+        v = x.conj() if bit == "conj" else torch._neg_view(x)
+        self.assertTrue(v._is_view())
+        self.assertFalse(is_set(v))
+        m = MetaConverter().meta_tensor(v)
+        self.assertTrue(is_set(m._base))
+        self.assertFalse(is_set(m))
+
+
+instantiate_parametrized_tests(ConversionFieldsTest)
+
+
+class _DispatchRecorder(TorchDispatchMode):
+    def __init__(self):
+        self.log = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.log.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class DenseLeafConversionTest(TestCase):
+    def _convert(self, tensors):
+        mode = FakeTensorMode()
+        return mode, [mode.from_tensor(t) for t in tensors]
+
+    @parametrize("layout", ["contiguous", "channels_last", "transposed"])
+    @parametrize("first", ["tensor", "tensor_set_onto_its_storage"])
+    def test_dense_tensors_on_one_storage_share_its_meta(self, layout, first):
+        x = torch.randn(2, 3, 4, 5)
+        if layout == "channels_last":
+            x = x.to(memory_format=torch.channels_last)
+        elif layout == "transposed":
+            x = torch.empty_strided((2, 3, 4, 5), (1, 2, 6, 24)).normal_()
+        on_x = torch.empty(0).set_(x.storage(), 0, x.shape, x.stride())
+        tensors = [x, on_x] if first == "tensor" else [on_x, x]
+        mode, fakes = self._convert(tensors)
+        mc = mode.fake_tensor_converter.meta_converter
+        self.assertEqual(torch._C._storage_id(fakes[0]), torch._C._storage_id(fakes[1]))
+        for fake, t in zip(fakes, tensors):
+            self.assertEqual((fake.shape, fake.stride()), (t.shape, t.stride()))
+        self.assertEqual((mc.hit, mc.arg_cnt, len(mc.storage_memo)), (2, 2, 1))
+        # each starts a counter of its own at 0, as a fresh tensor does (the set_
+        # that placed it on the meta storage is not counted); like the real
+        # ones, the two do not share it
+        self.assertEqual([fake._version for fake in fakes], [0, 0])
+        with mode, torch.no_grad():
+            fakes[0].add_(1)
+        self.assertEqual([fake._version for fake in fakes], [1, 0])
+
+    def test_conversion_under_its_own_mode_makes_plain_fakes(self):
+        # the meta factory and the wrapper must not reach the mode (they would make fakes of
+        # fakes, on the meta device)
+        mode = FakeTensorMode()
+        x, p = torch.randn(3), torch.nn.Parameter(torch.randn(2))
+        with mode:
+            fx, fp = mode.from_tensor(x), mode.from_tensor(p)
+        for f in (fx, fp):
+            self.assertIsInstance(f, FakeTensor)
+            self.assertIs(f.fake_mode, mode)
+            self.assertEqual(f.device, torch.device("cpu"))
+        self.assertIsInstance(fp, torch.nn.Parameter)
+        self.assertIs(mode.from_tensor(x), fx)
+
+    def test_conversion_invisible_to_torch_dispatch_mode(self):
+        mode = FakeTensorMode()
+        p = torch.nn.Parameter(torch.randn(3))
+        recorder = _DispatchRecorder()
+        with recorder:
+            f = mode.from_tensor(p)
+        self.assertEqual(recorder.log, [])
+        self.assertIsInstance(f, FakeTensor)
+
+
+instantiate_parametrized_tests(DenseLeafConversionTest)
+
+
 def _grad_fn_names(t):
     names, node = [], t.grad_fn
     while node is not None and len(names) < 12:
@@ -2472,143 +2610,6 @@ _VIEWS_OF_GRAD_BASE = {
     "split": lambda b: b.split([1, 3])[1],
     "reshape": lambda b: b.reshape(24)[2:],
 }
-
-
-class KernelInvocationThreadTest(TestCase):
-    """A kernel running in one thread leaves the fakes of other threads as they are."""
-
-    def test_kernel_invocation_of_another_thread_keeps_devices(self):
-        import torch._subclasses.fake_tensor as fake_tensor
-        mode = FakeTensorMode()
-        fake = mode.from_tensor(torch.randn(2))
-        inside, release = threading.Event(), threading.Event()
-
-        def kernel():
-            with fake_tensor.in_kernel_invocation_manager(mode):
-                inside.set()
-                release.wait(60)
-
-        other = threading.Thread(target=kernel)
-        other.start()
-        try:
-            self.assertTrue(inside.wait(60))
-            self.assertEqual(fake.device, torch.device("cpu"))
-            converted = mode.from_tensor(torch.randn(4, 3)[1:])
-            self.assertEqual(converted.device, torch.device("cpu"))
-            with mode:
-                out = fake + 1
-            self.assertEqual(out.device, torch.device("cpu"))
-        finally:
-            release.set()
-            other.join()
-
-
-# Threads whose first device queries of fakes in a fresh process, made under
-# the mode, all start at once.
-_FIRST_DEVICE_QUERIES = r"""
-import sys, threading, torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-n_threads = int(sys.argv[1])
-mode = FakeTensorMode()
-fakes = [mode.from_tensor(torch.randn(4)) for _ in range(n_threads)]
-start = threading.Barrier(n_threads)
-counts = {"errors": 0, "wrong": 0}
-
-def query(fake):
-    start.wait()
-    try:
-        with mode:
-            devices = [fake.device, torch.ones_like(fake).device]
-        devices += [fake.device, torch.ones_like(fake).device]
-        counts["wrong"] += sum(d != torch.device("cpu") for d in devices)
-    except Exception:
-        counts["errors"] += 1
-
-threads = [threading.Thread(target=query, args=(f,)) for f in fakes]
-for th in threads:
-    th.start()
-for th in threads:
-    th.join()
-print(" ".join(f"{k}={v}" for k, v in counts.items()))
-"""
-
-# A device query under the mode whose lookup of prim.device, if torch.ops makes
-# one, another thread's lookup overtakes: the other object ends up cached.
-_OVERTAKEN_DEVICE_QUERY = r"""
-import threading, torch, torch._ops
-from torch._subclasses.fake_tensor import FakeTensorMode
-mode = FakeTensorMode()
-fake = mode.from_tensor(torch.randn(2))
-original = torch._ops.OpOverloadPacket.__getattr__
-counts = {"errors": 0, "wrong": 0, "overtaken": 0}
-
-def resolving(self, key):
-    made = original(self, key)
-    if self._qualified_op_name == "prim::device" and not counts["overtaken"]:
-        counts["overtaken"] += 1
-        delattr(self, key)
-        other = threading.Thread(target=original, args=(self, key))
-        other.start()
-        other.join()
-    return made
-
-torch._ops.OpOverloadPacket.__getattr__ = resolving
-try:
-    with mode:
-        counts["wrong"] += fake.device != torch.device("cpu")
-except Exception:
-    counts["errors"] += 1
-print(" ".join(f"{k}={v}" for k, v in counts.items()))
-"""
-
-# The torch.ops names fake dispatch looks up for the first time: device queries
-# of a fake and a tensor literal under the mode.
-_FAKE_DISPATCH_LOOKUPS = r"""
-import torch
-from torch._ops import OpOverloadPacket, _OpNamespace, _Ops
-from torch._subclasses.fake_tensor import FakeTensorMode
-mode = FakeTensorMode()
-fake = mode.from_tensor(torch.randn(2))
-first_lookups = []
-
-def recorded(lookup):
-    def __getattr__(self, name):
-        first_lookups.append(name)
-        return lookup(self, name)
-    return __getattr__
-
-for cls in (_Ops, _OpNamespace, OpOverloadPacket):
-    cls.__getattr__ = recorded(cls.__getattr__)
-fake.device
-with mode:
-    fake.device
-    torch.tensor([1.0, 2.0])
-print(first_lookups)
-"""
-
-
-def _run_fresh(test, script, *argv):
-    proc = subprocess.run([sys.executable, "-c", script, *map(str, argv)],
-                          capture_output=True, text=True, timeout=120)
-    test.assertEqual(proc.returncode, 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc.stdout
-
-
-class OverloadLookupThreadTest(TestCase):
-    """The overloads fake dispatch recognizes are resolved before any thread
-    can race on their first lookup, so device queries get fake devices."""
-
-    def test_fake_dispatch_looks_up_no_overload_for_the_first_time(self):
-        self.assertEqual(_run_fresh(self, _FAKE_DISPATCH_LOOKUPS), "[]\n")
-
-    def test_overtaken_device_query_gets_fake_device(self):
-        out = _run_fresh(self, _OVERTAKEN_DEVICE_QUERY)
-        self.assertEqual(out, "errors=0 wrong=0 overtaken=0\n")
-
-    def test_threads_first_device_queries_get_fake_devices(self):
-        for _ in range(3):
-            out = _run_fresh(self, _FIRST_DEVICE_QUERIES, 16)
-            self.assertEqual(out, "errors=0 wrong=0\n")
 
 
 class FakeViewConversionTest(TestCase):

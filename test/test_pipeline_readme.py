@@ -94,6 +94,12 @@ def test_readme_is_short_and_starts_with_the_two_commands() -> None:
     assert [line.split("#")[0].strip() for line in first.splitlines()] == list(TWO_COMMANDS)
 
 
+def test_readme_says_how_long_the_full_test_takes_and_names_the_quick_one() -> None:
+    after = readme().split("```\n", 1)[1].splitlines()[0]  # the line after the two commands
+    assert "45 minutes on 2 cores" in after and "`./build_scripts/patchset test --quick`" in after
+    assert cli.parse_args(cli.build_parser(), ["test", "--quick"]).quick
+
+
 def test_patch_table_has_one_row_per_patch_in_series_order() -> None:
     table = readme().split("| patch | fixes |", 1)[1].split("\n\n", 1)[0]
     rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]

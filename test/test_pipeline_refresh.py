@@ -350,3 +350,17 @@ def test_a_fold_whose_rebase_conflicts_puts_the_checkout_back(
     with pytest.raises(PatchsetError, match="is as it was"):
         refresh(fold_project, runner, fold_checkout, into="1")
     assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state
+
+
+def test_fold_refuses_a_deleted_file_and_reads_commits_when_clean(
+        fold_project: Project, runner: Runner, fold_checkout: Path, capsys: pytest.CaptureFixture) -> None:
+    old = patch_texts(fold_project)
+    assert refresh(fold_project, runner, fold_checkout, fold=True) == 0  # nothing to fold: a refresh
+    assert "fold: no uncommitted edits" in capsys.readouterr().out
+    assert patch_texts(fold_project) == old
+    before = tree_hashes(fold_project.root)
+    (fold_checkout / FAKE).unlink()
+    state = checkout_state(fold_checkout, runner)
+    with pytest.raises(PatchsetError, match=f"{FAKE} is deleted: --fold places changed lines"):
+        refresh(fold_project, runner, fold_checkout, fold=True)
+    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state

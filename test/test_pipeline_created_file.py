@@ -97,7 +97,7 @@ def test_refresh_records_a_created_file_as_absent(tmp_path: Path, runner: Runner
     created = b"class WeakIdKeyDictionary:\n    pass\n"
     uses = {META: base[META] + b"from torch.utils.weak import WeakIdKeyDictionary\n"}
     commit(repo, runner, "Weak map\n\nA new module.\n", {WEAK: created, **uses}, editor)
-    assert refresh_cmd.cmd_refresh(project, runner, argparse.Namespace(source=str(repo), base=None)) == 0
+    assert refresh_cmd.cmd_refresh(project, runner, argparse.Namespace(source=str(repo), base=None, fold=False, into=None)) == 0
     assert read_base_hashes(project)[WEAK] == "absent"
     assert f"{WEAK} absent {sha(created)}\n" in project.overlay_manifest.read_text()
     assert [p.name for p in read_series(project)] == ["0001-Fake-change.patch", "0002-Weak-map.patch"]

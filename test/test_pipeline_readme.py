@@ -18,14 +18,15 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Tuple
 
 import pytest
 from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, MAINTAINER, REPO, TOOL_LIB, git, package_tree,
                       pristine_checkout, series_copy, sha, tree_hashes)
 
-from patchset_lib import cli
+from patchset_lib import cli, refresh_cmd
 from patchset_lib.common import ABSENT, Project, base_pin, find_project, read_base_hashes
 
 README = REPO / "README.md"
@@ -35,7 +36,8 @@ TWO_COMMANDS = ("./build_scripts/patchset run", "./build_scripts/patchset test")
 OWN_DIRS = ("PYTORCH", "OUT", "PKG")
 PREREQUISITES = "./build_scripts/patchset setup"
 NAME, EMAIL = "Your Name", "you@example.org"
-EDIT_LINE = "PATCHSET_README_RECIPE_EDIT = True  # the edit recipe's change\n"
+EDIT_MARK = "  # the edit recipe's change"
+EDITED = "torch/_subclasses/fake_tensor.py"
 
 
 def readme() -> str:
@@ -93,6 +95,12 @@ def test_readme_is_short_and_starts_with_the_two_commands() -> None:
     assert [line.split("#")[0].strip() for line in first.splitlines()] == list(TWO_COMMANDS)
 
 
+def test_readme_says_how_long_the_full_test_takes_and_names_the_quick_one() -> None:
+    after = readme().split("```\n", 1)[1].splitlines()[0]  # the line after the two commands
+    assert "45 minutes on 2 cores" in after and "`./build_scripts/patchset test --quick`" in after
+    assert cli.parse_args(cli.build_parser(), ["test", "--quick"]).quick
+
+
 def test_readme_is_a_ten_minute_read() -> None:
     assert len(readme().split()) <= MAX_WORDS
 
@@ -125,7 +133,7 @@ def test_every_patchset_command_in_the_readme_parses() -> None:
 
 def test_recipes_name_every_prerequisite() -> None:
     assert PREREQUISITES in recipe("edit").splitlines()
-    for name in ("pr", "debian", "edit"):
+    for name in ("pr", "debian"):  # the edit recipe commits nothing of the packager's
         assert recipe(name).startswith(f'NAME="{NAME}" EMAIL={EMAIL}\n')
     for name in ("pr", "edit"):  # the v1.13.1 checkout, and how to get one offline
         line = next(line for line in recipe(name).splitlines() if line.startswith("PYTORCH="))
@@ -265,24 +273,65 @@ def project_copy(root: Path) -> Path:
     return root
 
 
-def test_edit_recipe(tmp_path: Path) -> None:
+def file_diffs(path: str) -> List[Tuple[str, List[str]]]:
+    """(patch name, lines of its diff of path) for each patch of the series that changes path."""
+    diffs = []
+    for name in (REPO / "patches" / "series").read_text().split():
+        text = (REPO / "patches" / name).read_text()
+        match = re.search(rf"^diff --git a/{re.escape(path)} b/.*?(?=^diff --git |\Z)", text, flags=re.M | re.S)
+        if match:
+            diffs.append((name, match.group(0).splitlines()))
+    return diffs
+
+
+def line_of_an_earlier_patch(path: str, final: str) -> Tuple[str, str]:
+    """(patch, line): a `def ...:` line that patch adds in the middle of lines it adds, which no
+    later patch changes, each once in the final file, and not by the last patch changing path
+    (`git log -1 -- path` would name that one)."""
+    diffs, lines = file_diffs(path), final.splitlines()
+    for i, (name, diff) in enumerate(diffs[:-1]):
+        later = {line[1:] for _, d in diffs[i + 1:] for line in d if line[:1] in "+-"}
+        for k in range(1, len(diff) - 1):
+            run = diff[k - 1:k + 2]
+            if (all(line.startswith("+") and not line.startswith("+++") for line in run)
+                    and re.fullmatch(r"\s*def .*:", run[1][1:])
+                    and all(lines.count(line[1:]) == 1 and line[1:] not in later for line in run)):
+                return name, run[1][1:]
+    raise AssertionError(f"no patch but the last adds a line of {path} no later patch changes")
+
+
+def editor_script(path: Path, line: str) -> Path:
+    """$EDITOR: appends a comment to `line` of the file it is given."""
+    path.write_text(f"#!{sys.executable}\nimport sys\nf = sys.argv[1]\nold = {line + chr(10)!r}\n"
+                    f"text = open(f).read()\nassert text.count(old) == 1\n"
+                    f"open(f, 'w').write(text.replace(old, {line + EDIT_MARK + chr(10)!r}))\n")
+    path.chmod(0o755)
+    return path
+
+
+def diff_key(text: str) -> bytes:
+    return refresh_cmd.diff_key(text.encode())
+
+
+def test_edit_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
+    """The edit goes into the patch that wrote the line, not the last one changing the file."""
+    owner, line = line_of_an_earlier_patch(EDITED, applied_bytes(tmp_path, base_tree)[EDITED].decode())
     project = project_copy(tmp_path / "project")
     checkout = v1131_checkout(tmp_path / "pytorch")
-    editor = tmp_path / "editor"
-    editor.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(EDIT_LINE)} >> \"$1\"\n")
-    editor.chmod(0o755)
     old_patches = {p.name: p.read_text() for p in (project / "patches").glob("*.patch")}
-    env = no_identity_env(tmp_path / "home", PYTORCH=str(checkout), EDITOR=str(editor))
+    env = no_identity_env(tmp_path / "home", PYTORCH=str(checkout),
+                          EDITOR=str(editor_script(tmp_path / "editor", line)))
     proc = run_recipe(recipe("edit"), project, env, drop=PREREQUISITES)
     assert "installed import hook into" in proc.stdout  # upstream-tests made overlay and hook
     tested = proc.stdout.split("differing from", 1)[1].splitlines()[0]
-    assert "torch/_subclasses/fake_tensor.py" in tested  # the edited checkout file is what ran
+    assert EDITED in tested  # the edited checkout file is what ran
     assert "patched regressions: 0" in proc.stdout  # upstream's unmodified test_fake_tensor.py
     assert "the series' tests failing: 0" in proc.stdout  # the checkout's, patched side only
+    assert re.search(rf"^fold: {EDITED} line \d+ -> {owner[:4]} ", proc.stdout, flags=re.M)
     new_patches = {p.name: p.read_text() for p in (project / "patches").glob("*.patch")}
     assert new_patches.keys() == old_patches.keys()
-    changed = [name for name in new_patches if new_patches[name] != old_patches[name]]
-    assert len(changed) == 1 and "+" + EDIT_LINE in new_patches[changed[0]]
-    overlay = project / "torch_overlay/torch/_subclasses/fake_tensor.py"
-    assert overlay.read_text().endswith(EDIT_LINE)
-    assert (REPO / "torch_overlay/torch/_subclasses/fake_tensor.py").read_text() != overlay.read_text()
+    changed = [name for name in new_patches if diff_key(new_patches[name]) != diff_key(old_patches[name])]
+    assert changed == [owner] and f"+{line}{EDIT_MARK}\n" in new_patches[owner]
+    overlay = project / "torch_overlay" / EDITED
+    assert f"\n{line}{EDIT_MARK}\n" in overlay.read_text()
+    assert (REPO / "torch_overlay" / EDITED).read_text() != overlay.read_text()

@@ -46,19 +46,22 @@ def write_series(project: Project, runner: Runner, work: Path) -> None:
     (project.root / "test/test_fake_tensor.py").write_bytes(result["test/test_fake_tensor.py"])
 
 
-def checkout_with_series(project: Project, runner: Runner, path: Path) -> Path:
+def checkout_with_series(project: Project, runner: Runner, path: Path,
+                         pristine: Mapping[str, bytes] = PRISTINE) -> Path:
     """A git checkout: an older revision, then the pristine base, then `git am` of the series."""
     repo = path
     series_io.init_repo(repo, runner)
-    older = {p: d.replace(b"return", b"return -") for p, d in PRISTINE.items()}
+    older = {p: d.replace(b"return", b"return -") for p, d in pristine.items()}
     commit(repo, runner, "older upstream", {**older, **OTHER}, EDITOR)
-    commit(repo, runner, "v1.13.1", PRISTINE, EDITOR)
+    commit(repo, runner, "v1.13.1", pristine, EDITOR)
     series_io.am_series(repo, read_series(project), runner, EDITOR)
     return repo
 
 
-def refresh(project: Project, runner: Runner, source: Path, base: Optional[str] = None) -> int:
-    return refresh_cmd.cmd_refresh(project, runner, argparse.Namespace(source=str(source), base=base))
+def refresh(project: Project, runner: Runner, source: Path, base: Optional[str] = None,
+            fold: bool = False, into: Optional[str] = None) -> int:
+    args = argparse.Namespace(source=str(source), base=base, fold=fold, into=into)
+    return refresh_cmd.cmd_refresh(project, runner, args)
 
 
 @pytest.fixture
@@ -161,6 +164,8 @@ def test_diff_key_ignores_headers_index_lines_and_hunk_positions() -> None:
              .replace(b"1111..2222", b"3333..4444").replace(b"-10,6 +10,7", b"-12,6 +12,7"))
     assert refresh_cmd.diff_key(moved) == refresh_cmd.diff_key(patch)
     assert refresh_cmd.diff_key(patch.replace(b"+y", b"+z")) != refresh_cmd.diff_key(patch)
+    renamed = patch.replace(b"@@ def f():", b"@@ def g():")  # an earlier patch edited that line
+    assert refresh_cmd.diff_key(renamed) == refresh_cmd.diff_key(patch)
 
 
 def test_tests_added_in_a_patch_regenerate_the_repo_test_file(project: Project, runner: Runner,
@@ -213,3 +218,149 @@ def test_no_pristine_ancestor_and_not_a_repo(project: Project, runner: Runner, t
     plain.mkdir()
     with pytest.raises(PatchsetError, match="not a git work tree"):
         refresh(project, runner, plain)
+
+
+# ---- --fold: uncommitted hunks into the patch that last changed their lines ---------------------
+
+FAKE = "torch/_subclasses/fake_tensor.py"
+LINES = [f"line {n}\n".encode() for n in range(1, 13)]
+FOLD_BASE = {**PRISTINE, FAKE: b"".join(LINES)}
+
+
+def with_lines(changes: Mapping[int, bytes], lines: Sequence[bytes] = LINES) -> bytes:
+    """lines with line n (1-based) replaced by changes[n]."""
+    return b"".join(changes.get(n, line) for n, line in enumerate(lines, start=1))
+
+
+# Three patches changing one file at lines 2, 6 and 10: the third touches it last.
+FOLD_SERIES = (
+    SeriesEdit("First\n\nLine 2.\n", {FAKE: with_lines({2: b"first\n"})}),
+    SeriesEdit("Second\n\nLine 6.\n", {FAKE: with_lines({2: b"first\n", 6: b"second\n"})}),
+    SeriesEdit("Third\n\nLine 10.\n", {FAKE: with_lines({2: b"first\n", 6: b"second\n", 10: b"third\n"})}),
+)
+FOLD_PATCHES = ("0001-First.patch", "0002-Second.patch", "0003-Third.patch")
+
+
+@pytest.fixture
+def fold_project(tmp_path: Path, runner: Runner) -> Project:
+    project = make_small_project(tmp_path / "fold-proj", FOLD_BASE)
+    commit_series(project, runner, FOLD_SERIES, tmp_path)
+    return project
+
+
+@pytest.fixture
+def fold_checkout(fold_project: Project, runner: Runner, tmp_path: Path) -> Path:
+    return checkout_with_series(fold_project, runner, tmp_path / "fold-checkout", FOLD_BASE)
+
+
+def edit_fake(checkout: Path, changes: Mapping[int, bytes]) -> None:
+    lines = (checkout / FAKE).read_bytes().splitlines(keepends=True)
+    (checkout / FAKE).write_bytes(with_lines(changes, lines))
+
+
+def diff_key(text: str) -> bytes:
+    return refresh_cmd.diff_key(text.encode())
+
+
+def patch_texts(project: Project) -> Dict[str, str]:
+    return {name: (project.patches / name).read_text() for name in FOLD_PATCHES}
+
+
+def checkout_state(repo: Path, runner: Runner) -> Sequence[str]:
+    """HEAD, the index's tree and the status: what a refused fold must leave as it was."""
+    def git(*args: str) -> str:
+        return runner.git(*args, cwd=repo, capture=True).stdout
+    return (git("rev-parse", "HEAD"), git("write-tree"), git("status", "--porcelain"), git("diff"))
+
+
+def test_fold_puts_an_edit_into_the_patch_that_wrote_its_lines(
+        fold_project: Project, runner: Runner, fold_checkout: Path, capsys: pytest.CaptureFixture) -> None:
+    """Not into the last patch touching the file (`git log -1 -- FILE`): 0003."""
+    old = patch_texts(fold_project)
+    edit_fake(fold_checkout, {2: b"first, edited\n"})
+    assert refresh(fold_project, runner, fold_checkout, fold=True) == 0
+    new = patch_texts(fold_project)
+    assert "+first, edited" in new["0001-First.patch"] and new["0001-First.patch"] != old["0001-First.patch"]
+    # the later patches: other index lines and hunk headers only, so not dated anew
+    assert [diff_key(new[n]) == diff_key(old[n]) for n in FOLD_PATCHES[1:]] == [True, True]
+    out = capsys.readouterr().out
+    assert f"fold: {FAKE} line 2 -> 0001 First" in out
+    assert "Last-Update): 0001-First.patch\n" in out and "Last-Update): 0002" not in out
+    assert runner.git("status", "--porcelain", "--untracked-files=no", cwd=fold_checkout,
+                      capture=True).stdout == ""
+    count = runner.git("rev-list", "--count", "HEAD~3..HEAD", cwd=fold_checkout, capture=True).stdout
+    assert int(count) == 3 and (fold_checkout / FAKE).read_bytes() == with_lines(
+        {2: b"first, edited\n", 6: b"second\n", 10: b"third\n"})
+
+
+def test_fold_places_each_hunk_and_insertions_by_their_neighbours(
+        fold_project: Project, runner: Runner, fold_checkout: Path, capsys: pytest.CaptureFixture) -> None:
+    edit_fake(fold_checkout, {6: b"second\nafter second\n", 10: b"third, edited\n"})
+    assert refresh(fold_project, runner, fold_checkout, fold=True) == 0
+    out = capsys.readouterr().out
+    assert f"fold: {FAKE} new lines after line 6 -> 0002 Second" in out
+    assert f"fold: {FAKE} line 10 -> 0003 Third" in out
+    new = patch_texts(fold_project)
+    assert "+after second" in new["0002-Second.patch"] and "+third, edited" in new["0003-Third.patch"]
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({2: b"x\n", 3: b"x\n", 4: b"x\n", 5: b"x\n", 6: b"x\n"}, ("0001 First", "0002 Second", "the base")),
+    ({4: b"upstream's line, edited\n"}, ("the base",)),
+    ({11: b"line 11\nbetween upstream's lines\n"}, ("the base",)),
+], ids=["two-patches", "base", "insertion-in-base"])
+def test_fold_refuses_a_hunk_of_several_patches_or_the_base_changing_nothing(
+        fold_project: Project, runner: Runner, fold_checkout: Path, changes: Mapping[int, bytes],
+        named: Sequence[str]) -> None:
+    edit_fake(fold_checkout, changes)
+    before, state = tree_hashes(fold_project.root), checkout_state(fold_checkout, runner)
+    with pytest.raises(PatchsetError, match="cannot fold 1 of 1 hunks") as refused:
+        refresh(fold_project, runner, fold_checkout, fold=True)
+    assert all(name in str(refused.value) for name in named), str(refused.value)
+    assert "--into PATCH" in str(refused.value)
+    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state
+
+
+@pytest.mark.parametrize("into", ["2", "0002", "0002-Second.patch", "sec"])
+def test_into_overrides_the_blame(fold_project: Project, runner: Runner, fold_checkout: Path,
+                                  into: str, capsys: pytest.CaptureFixture) -> None:
+    edit_fake(fold_checkout, {8: b"line 8, edited\n"})  # upstream's line: refused without --into
+    assert refresh(fold_project, runner, fold_checkout, into=into) == 0
+    assert f"fold: {FAKE} line 8 -> 0002 Second" in capsys.readouterr().out
+    new = patch_texts(fold_project)
+    assert "+line 8, edited" in new["0002-Second.patch"] and "+line 8, edited" not in new["0003-Third.patch"]
+
+
+def test_into_a_patch_that_does_not_exist_changes_nothing(fold_project: Project, runner: Runner,
+                                                          fold_checkout: Path) -> None:
+    edit_fake(fold_checkout, {2: b"first, edited\n"})
+    before, state = tree_hashes(fold_project.root), checkout_state(fold_checkout, runner)
+    with pytest.raises(PatchsetError, match="--into 7: no patch"):
+        refresh(fold_project, runner, fold_checkout, into="7")
+    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state
+
+
+def test_a_fold_whose_rebase_conflicts_puts_the_checkout_back(
+        fold_project: Project, runner: Runner, fold_checkout: Path) -> None:
+    """Line 5 squashed into 0001, whose tree has no 0002 on the next line: git refuses the merge."""
+    edit_fake(fold_checkout, {5: b"line 5, edited\n"})
+    runner.git("add", FAKE, cwd=fold_checkout, capture=True)  # staged: the index comes back too
+    edit_fake(fold_checkout, {9: b"line 9, edited\n"})
+    before, state = tree_hashes(fold_project.root), checkout_state(fold_checkout, runner)
+    with pytest.raises(PatchsetError, match="is as it was"):
+        refresh(fold_project, runner, fold_checkout, into="1")
+    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state
+
+
+def test_fold_refuses_a_deleted_file_and_reads_commits_when_clean(
+        fold_project: Project, runner: Runner, fold_checkout: Path, capsys: pytest.CaptureFixture) -> None:
+    old = patch_texts(fold_project)
+    assert refresh(fold_project, runner, fold_checkout, fold=True) == 0  # nothing to fold: a refresh
+    assert "fold: no uncommitted edits" in capsys.readouterr().out
+    assert patch_texts(fold_project) == old
+    before = tree_hashes(fold_project.root)
+    (fold_checkout / FAKE).unlink()
+    state = checkout_state(fold_checkout, runner)
+    with pytest.raises(PatchsetError, match=f"{FAKE} is deleted: --fold places changed lines"):
+        refresh(fold_project, runner, fold_checkout, fold=True)
+    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state

@@ -11,6 +11,8 @@ the whole file (upstream's tests and those of patches 1..k) where patch k change
 its tests are about (FAKE_TENSOR_PATHS), else upstream's test classes of it.  Its own test
 classes, with thread and subprocess stress, take a minute a prefix: a prefix that only adds Meta
 kernels runs them again at the next prefix that changes fake tensors and at the final tree.
+`patchset test --quick` runs the last prefix only, with `PATCHSET_SERIES_FILES` naming the test
+files of the patches that changed: only their targets run (test_fake_tensor.py whole).
 """
 from __future__ import annotations
 
@@ -28,13 +30,11 @@ from patchset_lib import series_io
 from patchset_lib.common import Runner, find_project, read_series
 from patchset_lib.overlay import module_name
 from patchset_lib.overlay_hook import HOOK_MODULE, check_overlay_hook, hook_source
+from patchset_lib.quick_tests import HARNESS_FILES, SERIES_FILES_ENV
 
 PROJECT = find_project(REPO)
 SERIES = read_series(PROJECT)
-TEST_FILES = (
-    "test/test_fake_tensor.py", "test/test_weak.py", "test/test_meta.py", "test/test_proxy_tensor.py",
-    "test/test_fx.py",
-)
+TEST_FILES = HARNESS_FILES
 HELPER_DIRS = {"test/test_fx.py": "test/fx"}  # upstream's modules a test file imports
 WHOLE_FILE = "test/test_fake_tensor.py"
 FAKE_TENSOR_PATHS = (WHOLE_FILE, "torch/_subclasses/", "torch/utils/weak.py", "torch/fx/experimental/proxy_tensor.py")
@@ -62,6 +62,12 @@ def fake_tensor_targets(pristine: Dict[str, bytes], patch: Path) -> List[str]:
     if any(p.startswith(FAKE_TENSOR_PATHS) for p in patch_paths(patch)):
         return [WHOLE_FILE]
     return [f"{WHOLE_FILE}::{name}" for name in defined_test_classes(pristine[WHOLE_FILE].decode())]
+
+
+def quick_targets(targets: List[str], files: List[str]) -> List[str]:
+    """`patchset test --quick`: the targets in `files` only, test_fake_tensor.py whole."""
+    kept = [t for t in targets if t.split("::")[0] in files and t.split("::")[0] != WHOLE_FILE]
+    return ([WHOLE_FILE] if WHOLE_FILE in files else []) + kept
 
 
 def copy_helper_dirs(repo: Path, targets: List[str]) -> None:
@@ -117,6 +123,9 @@ def test_first_k_patches_pass_their_tests(k: int, venv_with_hook: Path, runner: 
     targets = fake_tensor_targets(pristine, SERIES[k - 1]) + [
         f"{path}::{name}" for path in TEST_FILES if path != WHOLE_FILE
         for name in added_classes(pristine, repo, path)]
+    if os.environ.get(SERIES_FILES_ENV):
+        targets = quick_targets(targets, os.environ[SERIES_FILES_ENV].split(","))
+        assert targets, f"{SERIES_FILES_ENV}: none of these files has tests of the series"
     copy_helper_dirs(repo, targets)
     proc = subprocess.run(
         [str(venv_with_hook), "-m", "pytest", "-q", "-p", "no:cacheprovider",

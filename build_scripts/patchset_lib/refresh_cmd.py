@@ -1,4 +1,4 @@
-"""`patchset refresh --from DIR [--base REV]`: regenerate patches/ from commits in a git checkout.
+"""`patchset refresh --from DIR [--base REV] [--fold] [--into PATCH]`: regenerate patches/ from commits in a git checkout.
 
 The workflow: `git am` the series into a git checkout of v1.13.1, amend or add commits, then
 refresh. The base is the newest first-parent ancestor of HEAD at which every file of
@@ -12,6 +12,9 @@ existing lines kept in order), torch_overlay/MANIFEST (`<path> <base sha256> <re
 for each torch/ file the series changes, sorted) and the generated test files
 (`generated_tests`: test/test_fake_tensor.py and test/test_weak.py as DIR's HEAD has them).
 A dirty tree, an am/rebase in progress or a missing base change nothing.
+
+`--fold` (or `--into PATCH`) first folds DIR's uncommitted edits into the series commits (`fold`:
+each hunk into the commit that last changed its lines, by `git blame`), then refreshes as above.
 
 A patch's `Date:` (the quilt export's DEP-3 Last-Update) is its commit's author date, which an
 amend or a `rebase --autosquash` keeps; so refresh dates each patch whose diff differs from the
@@ -29,11 +32,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import overlay, series_io
+from . import fold, overlay, series_io
 from .generated_tests import EXTENDED_TEST, expected_tests
 from .common import (
-    ABSENT, PatchsetError, Project, Runner, add_command, bytes_digest, check_base_hashes, read_base_hashes,
-    read_series, sha256_bytes,
+    ABSENT, PatchsetError, Project, Runner, add_command, bytes_digest, check_base_hashes, raise_if,
+    read_base_hashes, read_series, sha256_bytes,
 )
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
@@ -52,14 +55,19 @@ def check_git_repo(repo: Path, runner: Runner) -> Optional[str]:
     return None
 
 
-def check_clean(repo: Path, runner: Runner) -> Optional[str]:
+def check_no_operation(repo: Path, runner: Runner) -> Optional[str]:
     for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
         path = git_out(repo, runner, "rev-parse", "--git-path", state).strip()
         if (repo / path).exists():
             return f"{repo} has a {state} in progress; finish or abort it first"
+    return None
+
+
+def check_clean(repo: Path, runner: Runner) -> Optional[str]:
     dirty = git_out(repo, runner, "status", "--porcelain", "--untracked-files=no")
     if dirty.strip():
-        return (f"{repo} has uncommitted changes (commit or stash them; refresh reads commits only):\n"
+        return (f"{repo} has uncommitted changes (commit or stash them, or pass --fold to fold each "
+                "hunk into the patch that last changed its lines; refresh reads commits):\n"
                 + dirty.rstrip())
     return None
 
@@ -122,10 +130,11 @@ def summarize(old: Sequence[Path], new: Sequence[Path]) -> List[str]:
 
 def diff_key(patch: bytes) -> bytes:
     """The diff of a format-patch file as `git patch-id` compares it: without the mail header,
-    message and diffstat, `index` lines and hunk line numbers (an earlier patch moves them)."""
+    message and diffstat, `index` lines and hunk headers (line numbers and the function line
+    after them: an earlier patch moves or edits them)."""
     start = patch.find(b"\ndiff --git ")
     lines = patch[start + 1:].splitlines() if start >= 0 else []
-    return b"\n".join(re.sub(rb"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@", b"@@", line)
+    return b"\n".join(re.sub(rb"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*", b"@@", line)
                       for line in lines if not line.startswith(b"index "))
 
 
@@ -252,10 +261,8 @@ class Refreshed:
 
 def read_checkout(project: Project, runner: Runner, repo: Path, wanted_base: Optional[str],
                   work: Path) -> Refreshed:
-    for check in (check_git_repo, check_clean):  # in order: "clean" only means something in a repo
-        error = check(repo, runner)
-        if error:
-            raise PatchsetError(error)
+    for check in (check_git_repo, check_no_operation, check_clean):  # in order: the later ones need a repo
+        raise_if(check(repo, runner))
     hashes = read_base_hashes(project)
     base = resolve_base(repo, runner, hashes, work, wanted_base)
     if not git_out(repo, runner, "rev-list", f"{base}..HEAD").strip():
@@ -292,11 +299,23 @@ def report(project: Project, runner: Runner, old: Sequence[Path], got: Refreshed
             for path in overlay_gaps(got.touched, got.base_files, got.result_files)]
 
 
+def fold_first(project: Project, runner: Runner, repo: Path, args: argparse.Namespace,
+               work: Path) -> str:
+    """`--fold`: DIR's uncommitted hunks into the commits that last changed their lines; the base."""
+    for check in (check_git_repo, check_no_operation):
+        raise_if(check(repo, runner))
+    base = resolve_base(repo, runner, read_base_hashes(project), work, args.base)
+    fold.fold_edits(project, runner, repo, base, args.into)
+    return base
+
+
 def cmd_refresh(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     old = read_series(project) if project.series_file.is_file() else []
     with tempfile.TemporaryDirectory(prefix="patchset-refresh-") as tmp:
         work = Path(tmp)
-        got = read_checkout(project, runner, Path(args.source).resolve(), args.base, work)
+        repo = Path(args.source).resolve()
+        base = fold_first(project, runner, repo, args, work) if args.fold or args.into else args.base
+        got = read_checkout(project, runner, repo, base, work)
         now = git_date(datetime.now(timezone.utc))
         stamped = stamp_dates(old, got.patches, now)
         warnings = report(project, runner, old, got, work)
@@ -324,3 +343,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="git checkout where the series was applied with `git am` and edited")
     parser.add_argument("--base", metavar="REV",
                         help="base commit (default: newest ancestor of HEAD with the pristine files)")
+    parser.add_argument("--fold", action="store_true",
+                        help="first fold DIR's uncommitted edits, hunk by hunk, into the patch that last "
+                             "changed their lines (git blame; a fixup and `rebase --autosquash` in DIR); "
+                             "a hunk of several patches' or upstream's lines is refused, changing nothing")
+    parser.add_argument("--into", metavar="PATCH",
+                        help="with or without --fold: fold every uncommitted hunk into PATCH (its number, "
+                             "e.g. 16, or the start of its subject)")

@@ -27,16 +27,16 @@ def each(reason: str, *names: str) -> Dict[str, str]:
     return dict.fromkeys(names, reason)
 
 
-VIEW = ("0019: the fake of a view is an autograd view of its base's fake (`_is_view()`, as the "
+VIEW = ("0024: the fake of a view is an autograd view of its base's fake (`_is_view()`, as the "
         "real view); 1.13.1 made a leaf that is no view")
-NONLEAF = ("0020: the fake of a non-leaf has a grad_fn (Error in repr, later torch's "
+NONLEAF = ("0025: the fake of a non-leaf has a grad_fn (Error in repr, later torch's "
            "DelayedError node) and is_leaf False; 1.13.1 made a leaf requiring grad")
-NONLEAF_AUTOGRAD = ("0020: the fake of a non-leaf is a non-leaf, so it behaves as the real one "
+NONLEAF_AUTOGRAD = ("0025: the fake of a non-leaf is a non-leaf, so it behaves as the real one "
                     "where autograd tells them apart: setting its requires_grad raises "
                     "RuntimeError, reading .grad warns (UserWarning); backward() through it "
                     "raises RuntimeError, as in later torch, since the real tensor's autograd "
                     "history is not converted (1.13.1's leaf fake took the gradient)")
-KERNEL_INVOCATION = ("0016: `in_kernel_invocation` is per thread, a property over the "
+KERNEL_INVOCATION = ("0012: `in_kernel_invocation` is per thread, a property over the "
                      "`_kernel_invocation` threading.local the mode holds (reading and setting it "
                      "work as in 1.13.1: case mode.in_kernel_invocation)")
 PYTHON_OWNER = ("0004: a fake the converter memoizes holds `_python_owner` in its __dict__ (a "
@@ -68,7 +68,7 @@ DELIBERATE: Dict[str, str] = {
     **each(NONLEAF_AUTOGRAD, "requires_grad_(False)[nonleaf]", "requires_grad=[nonleaf]",
            ".grad[nonleaf]", ".grad=None[nonleaf]", "backward[nonleaf]",
            "register_hook[nonleaf]", "retain_grad[nonleaf]"),
-    "from_tensor.two_views_of_one_base": ("0019: fakes of views of one base share the base "
+    "from_tensor.two_views_of_one_base": ("0024: fakes of views of one base share the base "
                                           "fake's version counter, so one add_ makes both "
                                           "versions 1 as for the real views; 1.13.1 counted 2"),
     **each(KERNEL_INVOCATION, "mode.vars", "mode.dir"),

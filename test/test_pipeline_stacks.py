@@ -3,15 +3,18 @@ alone with the stacks it needs.
 
 The loader's errors are tested on a synthetic series (six patch names, no patch content); the
 real file is tested generically (every stack, whatever they are named, applies with its needs).
+Last, CI's per-stack check: `patchset check --stack all` (each stack alone with its needs, its
+tests run), so the README's test command covers it.
 """
 import json
 from pathlib import Path
 from typing import Dict, Sequence
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_tool
 
 from patchset_lib import series_io
+from patchset_lib.check_cmd import Outcome, check_prerequisites
 from patchset_lib.common import PatchsetError, Project, Runner, find_project
 from patchset_lib.stacks import (
     FIRST,
@@ -129,3 +132,39 @@ def test_every_stack_applies_with_its_needs_to_the_base_files(name: str, runner:
     repo = tmp_path / "repo"
     series_io.make_base_repo(series_io.pristine_files(PROJECT), repo, runner)
     series_io.am_series(repo, stack_patches(PROJECT, chosen), runner, series_io.am_env(PROJECT))
+
+
+# ---- patchset check -------------------------------------------------------------------------------
+
+
+def test_check_names_the_known_stacks_for_an_unknown_one() -> None:
+    proc = run_tool(REPO, "check", "--stack", "no-such-stack")
+    assert proc.returncode == 1
+    assert f"no stack named no-such-stack; stacks: {', '.join(s.name for s in REAL)}" in proc.stderr
+
+
+def test_check_without_the_cached_tarball_names_setup(tmp_path: Path) -> None:
+    project = synthetic(tmp_path, {"stacks": GOOD})
+    (project.patches / "base.json").write_text(json.dumps({"orig_tarball": "x.orig.tar.xz",
+                                                          "orig_tarball_sha256": "0" * 64}))
+    error = check_prerequisites(project)
+    assert error == ("x.orig.tar.xz is not downloaded: run ./build_scripts/patchset setup (or "
+                     "./build_scripts/patchset pristine DIR, which fetches it) first")
+
+
+def test_summary_lines() -> None:
+    assert Outcome("b", ["core", "b"], 3).summary() == "b: 3 patches (core, b): ok"
+    assert Outcome("b", ["core", "b"], 3, failing=["T::t"]).summary() == (
+        "b: 3 patches (core, b): FAILED, 1 tests failing")
+    assert Outcome("b", ["b"], 1, error="git am failed: Patch failed at 0001 X\nmore").summary() == (
+        "b: 1 patches (b): FAILED to apply: git am failed: Patch failed at 0001 X")
+
+
+def test_every_stack_alone_with_its_needs_passes_its_tests(tmp_path: Path) -> None:
+    """CI's per-stack check: `check --stack all`, each stack applied alone with the stacks it
+    needs to a pristine git tree, the series' test files its patches bring run patched."""
+    proc = run_tool(REPO, "check", "--stack", "all", "--dir", str(tmp_path / "tree"))
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    summary = proc.stdout.split("\ncheck summary:\n", 1)[1].splitlines()
+    assert [line.split(":")[0].strip() for line in summary] == [s.name for s in REAL]
+    assert all(line.endswith(": ok") for line in summary), summary

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from patchset_lib import series_io  # noqa: E402
 from patchset_lib.common import ABSENT, Project, Runner, find_project, read_base_hashes  # noqa: E402
 from patchset_lib.generated_tests import GENERATED_TESTS  # noqa: E402
 from patchset_lib.series import copy_pristine_tree  # noqa: E402
+from patchset_lib.series_tests import patch_paths  # noqa: E402,F401 (the tests' import of it)
 from patchset_lib.source import ensure_pristine  # noqa: E402
 
 Edit = Callable[[str], str]
@@ -49,11 +49,6 @@ def git(*args: str, cwd: Path, env: Optional[Mapping[str, str]] = None) -> str:
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def patch_paths(patch: Path) -> List[str]:
-    """The paths a git format-patch file changes."""
-    return re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), flags=re.M)
 
 
 def tree_hashes(root: Path, skip: str = ".git") -> Dict[str, str]:

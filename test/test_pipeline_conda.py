@@ -1,8 +1,8 @@
 """`patchset export --conda-forge DIR`: the git patches without the cover letter and a meta.yaml
 fragment listing them, applied as conda-build applies a recipe's `source: patches:` (each file in
 order with `patch -p1 --forward --batch`) onto a tree from `patchset pristine`: the torch/ files
-that makes are the overlay's. Like the other exports it refuses a non-empty DIR and a project
-without a series author, writing nothing. Runs on this project's real series (conftest.series_copy).
+that makes are the overlay's. Like the other exports it refuses a non-empty DIR, writing
+nothing, and without patches/author.json names the series' own identity. Runs on this project's real series (conftest.series_copy).
 """
 from __future__ import annotations
 
@@ -81,15 +81,17 @@ def test_refuses_a_non_empty_dir_writing_nothing(project: Path, tmp_path: Path) 
     assert tree_hashes(out) == {"meta.yaml": sha(b"mine\n")}
 
 
-def test_refuses_without_a_series_author_writing_nothing(tmp_path: Path) -> None:
+def test_without_author_json_names_the_series_identity(tmp_path: Path) -> None:
     project = series_copy(tmp_path / "project")
     author_file(Project(project)).unlink()
     out = tmp_path / "recipe"
     proc = run_tool(project, "export", "--conda-forge", str(out))
-    assert proc.returncode == 1
-    assert "patchset export: error: no series author" in proc.stderr
-    assert "./build_scripts/patchset author set 'Name <email>'" in proc.stderr
-    assert not out.exists()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == ("author: Fake Tensor Patch Set <patchset@fake-tensor-patchset"
+                                           ".invalid> (patches/identity.json; set another with "
+                                           "'patchset author set')")
+    first = (out / sorted(p.name for p in out.iterdir() if p.suffix == ".patch")[0]).read_text()
+    assert "\nFrom: Fake Tensor Patch Set <patchset@fake-tensor-patchset.invalid>\n" in first
 
 
 def test_refuses_the_quilt_format(project: Path, tmp_path: Path) -> None:

@@ -3,9 +3,12 @@ and the quilt patches dropped into a package's debian/patches after its own.
 
 Every export is applied for real: `git am` into a repo of the pristine base files on a machine
 without a git identity, `quilt push -a` / `quilt pop -a` on a copy of a small source tree, and
-the package's own patches then ours. Exports name the series author of patches/author.json
-(set with `patchset author set`), never the placeholder identity of patches/ nor whoever runs
-the export, who can only add a Signed-off-by: trailer; without that file the export fails.
+the package's own patches then ours. Exports name the author of record: the series author of
+patches/author.json when a maintainer set one (`patchset author set`), else the series' own
+identity of patches/identity.json; never whoever runs the export, who can only add a
+Signed-off-by: trailer. `--stack` exports only the selected stacks of patches/stacks.json and
+refuses, writing nothing, a selection whose needs are not all selected. An export needs nothing
+of `setup`: a clone with only the orig tarball `pristine` uses exports the real series.
 """
 import argparse
 import json
@@ -25,6 +28,7 @@ from conftest import (
     commit_series,
     DEBIAN_OWN_PATCH,
     DEBIAN_SERIES,
+    REPO,
     copy_tool,
     make_small_project,
     run_tool,
@@ -91,10 +95,11 @@ PLACEHOLDER = re.compile(r"[@.][\w.-]*\.invalid\b")
 
 def export(project: Project, runner: Runner, fmt: Optional[str], out: Optional[Path] = None,
            signed_off_by: Optional[str] = None, debian_patches: Optional[Path] = None,
-           subdir: str = "fake-tensor") -> int:
+           subdir: str = "fake-tensor", stack: Optional[str] = None, conda_forge: Optional[Path] = None) -> int:
     args = argparse.Namespace(format=fmt, out=None if out is None else str(out), signed_off_by=signed_off_by,
                               debian_patches=None if debian_patches is None else str(debian_patches),
-                              subdir=subdir, conda_forge=None)
+                              subdir=subdir, conda_forge=None if conda_forge is None else str(conda_forge),
+                              stack=stack)
     return export_cmd.cmd_export(project, runner, args)
 
 
@@ -305,29 +310,39 @@ def test_signed_off_by_adds_a_trailer_to_each_patch_and_keeps_the_author(
             assert "\n Later torch: " in description, patch.name
 
 
-def test_no_series_author_fails_naming_the_command_and_writes_nothing(
-        project: Project, runner: Runner, tmp_path: Path) -> None:
+IDENTITY_LINE = ("author: Fake Tensor Patch Set <patchset@example.invalid> (patches/identity.json; "
+                 "set another with 'patchset author set')")
+
+
+@pytest.mark.parametrize("fmt", ["git", "quilt"])
+def test_without_author_json_exports_name_the_series_identity(
+        project: Project, runner: Runner, tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture) -> None:
     author_file(project).unlink()
-    dp = package_tree(tmp_path / "pkg") / "debian/patches"
-    before = tree_hashes(dp)
-    for fmt in ("git", "quilt"):
-        with pytest.raises(PatchsetError, match=r"no series author: .*author.json is missing; the "
-                                                r"maintainer sets it once with ./build_scripts/patchset author set"):
-            export(project, runner, fmt, tmp_path / "out", signed_off_by=SIGNER)
-        assert not (tmp_path / "out").exists()
-    with pytest.raises(PatchsetError, match="no series author"):
-        export(project, runner, None, debian_patches=dp)
-    assert tree_hashes(dp) == before
+    assert export(project, runner, fmt, tmp_path / "out", signed_off_by=SIGNER) == 0
+    assert capsys.readouterr().out.splitlines()[0] == IDENTITY_LINE
+    field = "From" if fmt == "git" else "Author"
+    ident = f"{IDENTITY['name']} <{IDENTITY['email']}>"
+    texts = [p.read_text() for p in sorted((tmp_path / "out").glob("000[1-9]-*.patch"))]
+    # both placeholder authors (identity.json's and another) name the identity; a real one is
+    # kept (git: the in-body From: line after the mail header's)
+    assert [re.findall(rf"^{field}: (.*)$", t, re.M)[-1] for t in texts] == [
+        ident, ident, "Real Contributor <rc@example.org>"]
+    assert all(t.count(f"Signed-off-by: {SIGNER}") == 1 for t in texts)
 
 
-def test_cli_without_series_author_exits_1_naming_the_command(project: Project, tmp_path: Path) -> None:
+def test_with_author_json_the_line_names_it(project: Project, runner: Runner, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture) -> None:
+    export(project, runner, "quilt", tmp_path / "out")
+    assert capsys.readouterr().out.splitlines()[0] == f"author: {AUTHOR} (patches/author.json)"
+
+
+def test_cli_without_author_json_exports_and_says_whom_it_names(project: Project, tmp_path: Path) -> None:
     copy_tool(project.root)
     author_file(project).unlink()
     proc = run_tool(project.root, "export", "--format", "git", "--out", str(tmp_path / "out"))
-    assert proc.returncode == 1
-    assert "patchset export: error: no series author" in proc.stderr
-    assert "./build_scripts/patchset author set 'Name <email>'" in proc.stderr
-    assert not (tmp_path / "out").exists()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == IDENTITY_LINE
+    assert len(list((tmp_path / "out").iterdir())) == 4
 
 
 def test_author_set_writes_the_identity_file(project: Project) -> None:
@@ -474,11 +489,24 @@ def test_refuses_non_empty_out_dir(project: Project, runner: Runner, tmp_path: P
     assert [p.name for p in out.iterdir()] == ["keep"]
 
 
-def test_missing_pristine_files_say_run_setup(project: Project, runner: Runner, tmp_path: Path) -> None:
+def test_missing_base_files_name_the_tarball_and_pristine(project: Project, runner: Runner, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """No .cache/pristine, no checkout, no tarball, and apt cannot fetch it: the refusal says
+    where the base files come from, and nothing is written."""
     shutil.rmtree(project.pristine)
-    with pytest.raises(PatchsetError, match="run `patchset setup`"):
+    pin = {**json.loads(project.base_pin_file.read_text()), "orig_tarball": "pytorch_1.13.1+dfsg.orig.tar.xz",
+           "orig_tarball_sha256": "0" * 64}
+    project.base_pin_file.write_text(json.dumps(pin))
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "apt-get").write_text("#!/bin/sh\necho 'no network here' >&2\nexit 100\n")
+    (fake_bin / "apt-get").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    with pytest.raises(PatchsetError, match=r"(?s)the base files come from the verified orig tarball "
+                                            r".*pytorch_1.13.1\+dfsg.orig.tar.xz, as for "
+                                            r"`./build_scripts/patchset pristine DIR`"):
         export(project, runner, "quilt", tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and not project.pristine.exists()
 
 
 def test_wrong_pristine_file_is_refused(project: Project, runner: Runner, tmp_path: Path) -> None:
@@ -520,3 +548,112 @@ def test_export_warns_when_generated_tests_drifted(project: Project, runner: Run
     err = capsys.readouterr().err
     assert "warning: test/test_fake_tensor.py differs from pristine base + series" in err
     assert len(list((tmp_path / "b").iterdir())) == 4
+
+
+# ---- --stack ------------------------------------------------------------------------------------
+
+SUBJECTS = ["Weak-memo-for-converters", "Fallback-aliasing", "Add-patch-set-tests-to-test_fake_tensor.py"]
+
+
+@pytest.fixture
+def stacked(project: Project) -> Project:
+    """The small series in three stacks: core (1), aliasing (2, needs core), extra (3, needs both)."""
+    names = [p.name for p in read_series(project)]
+    stacks = [{"name": "core", "fixes": "converters memoize weakly", "needs": [], "patches": names[:1]},
+              {"name": "aliasing", "fixes": "fallback outputs alias inputs", "needs": ["core"],
+               "patches": names[1:2]},
+              {"name": "extra", "fixes": "the tests", "needs": ["core", "aliasing"], "patches": names[2:]}]
+    (project.patches / "stacks.json").write_text(json.dumps({"stacks": stacks}))
+    return project
+
+
+@pytest.mark.parametrize("where", ["git", "quilt", "conda-forge", "debian"])
+def test_stack_export_without_its_needs_is_refused_naming_them_writing_nothing(
+        stacked: Project, runner: Runner, tmp_path: Path, where: str) -> None:
+    dp = package_tree(tmp_path / "pkg") / "debian/patches"
+    before = tree_hashes(tmp_path)
+    kwargs = {"debian": {"debian_patches": dp}, "conda-forge": {"conda_forge": tmp_path / "out"}}.get(
+        where, {"out": tmp_path / "out"})
+    with pytest.raises(PatchsetError, match=re.escape(
+            "the selected stacks need core, aliasing, not selected; nothing written "
+            "(select them too: --stack core,aliasing,extra)")):
+        export(stacked, runner, where if where in ("git", "quilt") else None, stack="extra", **kwargs)
+    assert tree_hashes(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+def test_git_export_of_core_has_only_cores_patches_and_its_own_cover(
+        stacked: Project, runner: Runner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert export(stacked, runner, "git", tmp_path / "out", stack="core") == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "0000-cover-letter.patch", f"0001-{SUBJECTS[0]}.patch"]
+    assert "stacks: core (1 patches)" in capsys.readouterr().out
+    cover = (tmp_path / "out/0000-cover-letter.patch").read_text()
+    assert "Subject: [PATCH 0/1] fake tensors for PyTorch v1.13.1: stack core\n" in cover
+    assert "  core (1 patches; needs nothing): converters memoize weakly\n" in cover
+    assert "Dependency map (stack <- the stacks it needs):\n\n  core\n" in cover
+    assert "What the series does, briefly." not in cover  # not the whole series' cover letter
+    assert cover.endswith(f"\n\nbase-commit: {UPSTREAM_COMMIT}\n")
+    assert len(cover.split("\n---\n")[0].splitlines()) < 60  # one page
+    repo = tmp_path / "am"
+    series_io.make_base_repo(PRISTINE, repo, runner)
+    series_io.am_series(repo, [tmp_path / "out" / f"0001-{SUBJECTS[0]}.patch"], runner,
+                        series_io.am_env(stacked))
+    assert series_io.read_files(repo, PRISTINE) == {**PRISTINE, "torch/_subclasses/meta_utils.py":
+                                                    RESULT["torch/_subclasses/meta_utils.py"]}
+
+
+def test_git_cover_of_two_stacks_maps_their_needs(stacked: Project, runner: Runner, tmp_path: Path) -> None:
+    export(stacked, runner, "git", tmp_path / "out", stack="aliasing,core")
+    cover = (tmp_path / "out/0000-cover-letter.patch").read_text()
+    assert "stacks core, aliasing\n" in cover
+    assert "  aliasing (1 patches; needs core): fallback outputs alias inputs\n" in cover
+    assert "\n  core\n  aliasing <- core\n" in cover
+    assert len(list((tmp_path / "out").iterdir())) == 3
+
+
+def test_quilt_conda_and_debian_exports_of_stacks(stacked: Project, runner: Runner, tmp_path: Path) -> None:
+    export(stacked, runner, "quilt", tmp_path / "q", stack="core,aliasing")
+    assert (tmp_path / "q/series").read_text().split() == [f"000{i}-{s}.patch" for i, s in enumerate(SUBJECTS[:2], 1)]
+    assert "\nOrigin: other, stacks core, aliasing of the fake-tensor patch set for PyTorch v1.13.1 (" in (
+        tmp_path / "q" / f"0001-{SUBJECTS[0]}.patch").read_text()
+    export(stacked, runner, None, conda_forge=tmp_path / "conda", stack="core")
+    assert sorted(p.name for p in (tmp_path / "conda").iterdir()) == [f"0001-{SUBJECTS[0]}.patch", "meta.yaml"]
+    assert f"    - 0001-{SUBJECTS[0]}.patch\n" in (tmp_path / "conda/meta.yaml").read_text()
+    dp = package_tree(tmp_path / "pkg") / "debian/patches"
+    export(stacked, runner, None, debian_patches=dp, stack="core")
+    assert (dp / "series").read_text() == DEBIAN_SERIES + f"fake-tensor/0001-{SUBJECTS[0]}.patch\n"
+
+
+def test_without_stack_the_whole_series_is_exported(stacked: Project, runner: Runner, tmp_path: Path) -> None:
+    export(stacked, runner, "git", tmp_path / "a")
+    (stacked.patches / "stacks.json").unlink()
+    export(stacked, runner, "git", tmp_path / "b")
+    assert tree_hashes(tmp_path / "a") == tree_hashes(tmp_path / "b") and len(tree_hashes(tmp_path / "a")) == 4
+
+
+# ---- a fresh clone: no setup --------------------------------------------------------------------
+
+
+def test_a_clone_without_setup_exports_with_only_the_orig_tarball(tmp_path: Path) -> None:
+    """A clone of this repository (HEAD, with the work tree's tool and patches/) where nothing ran:
+    no .venv, no .cache but the verified orig tarball `pristine` uses (fetching it needs the
+    network, which CI may lack, so the cached one is linked in). Both formats export the whole
+    series with the system python, naming the author of record."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    for name in ("build_scripts", "patches"):
+        shutil.rmtree(clone / name)
+        shutil.copytree(REPO / name, clone / name, ignore=shutil.ignore_patterns("__pycache__"))
+    pin = json.loads((REPO / "patches/base.json").read_text())
+    (clone / ".cache/debian-source").mkdir(parents=True)
+    (clone / ".cache/debian-source" / pin["orig_tarball"]).symlink_to(
+        REPO / ".cache/debian-source" / pin["orig_tarball"])
+    count = len(read_series(Project(clone)))
+    python = shutil.which("python3") or "/usr/bin/python3"
+    for fmt, files in (("quilt", count + 1), ("git", count + 1)):
+        proc = subprocess.run([python, "build_scripts/patchset", "-q", "export", "--format", fmt,
+                               "--out", str(tmp_path / fmt)], cwd=clone, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[0].startswith("author: Fake Tensor Patch Set <")
+        assert len(list((tmp_path / fmt).iterdir())) == files
+    assert not (clone / ".venv").exists() and not (clone / ".cache/checkout").exists()

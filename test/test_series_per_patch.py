@@ -5,10 +5,11 @@ files, for every k.
 The checkout's torch files are made what `import torch` loads in the project .venv the way
 `install` does it: the import hook (`overlay_hook.hook_source`), here pointed at the checkout
 and put first on PYTHONPATH, so the venv's `patchset_overlay.pth` loads it, in the pytest run
-and in the subprocesses the tests start.  Run: in test/test_weak.py, test/test_meta.py and
-test/test_proxy_tensor.py, the test classes the patches 1..k add; in test/test_fake_tensor.py,
-the whole file (upstream's tests and those of patches 1..k) where patch k changes it or a module
-its tests are about (FAKE_TENSOR_PATHS), else upstream's test classes of it.  Its own test
+and in the subprocesses the tests start.  Run: the selection of `series_tests.series_targets`
+(shared with `check --stack`): in test/test_weak.py, test/test_meta.py, test/test_proxy_tensor.py
+and test/test_fx.py, the test classes the patches 1..k add; in test/test_fake_tensor.py, the
+whole file (upstream's tests and those of patches 1..k) where patch k changes it or a module its
+tests are about (FAKE_TENSOR_PATHS), else upstream's test classes of it.  Its own test
 classes, with thread and subprocess stress, take a minute a prefix: a prefix that only adds Meta
 kernels runs them again at the next prefix that changes fake tensors and at the final tree.
 `patchset test --quick` runs the last prefix only, with `PATCHSET_SERIES_FILES` naming the test
@@ -16,7 +17,6 @@ files of the patches that changed: only their targets run (test_fake_tensor.py w
 """
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import subprocess
@@ -25,43 +25,16 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import REPO, patch_paths
+from conftest import REPO
 from patchset_lib import series_io
 from patchset_lib.common import Runner, find_project, read_series
 from patchset_lib.overlay import module_name
 from patchset_lib.overlay_hook import HOOK_MODULE, check_overlay_hook, hook_source
-from patchset_lib.quick_tests import HARNESS_FILES, SERIES_FILES_ENV
+from patchset_lib.quick_tests import SERIES_FILES_ENV
+from patchset_lib.series_tests import HELPER_DIRS, WHOLE_FILE, series_targets
 
 PROJECT = find_project(REPO)
 SERIES = read_series(PROJECT)
-TEST_FILES = HARNESS_FILES
-HELPER_DIRS = {"test/test_fx.py": "test/fx"}  # upstream's modules a test file imports
-WHOLE_FILE = "test/test_fake_tensor.py"
-FAKE_TENSOR_PATHS = (WHOLE_FILE, "torch/_subclasses/", "torch/utils/weak.py", "torch/fx/experimental/proxy_tensor.py")
-
-
-def defined_test_classes(text: str) -> Dict[str, str]:
-    """Top-level classes with test methods -> their source, of a test file."""
-    tree = ast.parse(text)
-    return {node.name: ast.get_source_segment(text, node) or "" for node in tree.body
-            if isinstance(node, ast.ClassDef)
-            and any(isinstance(f, ast.FunctionDef) and f.name.startswith("test_") for f in node.body)}
-
-
-def added_classes(pristine: Dict[str, bytes], repo: Path, path: str) -> List[str]:
-    """Test classes of `path` that the applied patches add (new names only)."""
-    if not (repo / path).is_file():
-        return []
-    before = defined_test_classes(pristine[path].decode()) if path in pristine else {}
-    return [name for name in defined_test_classes((repo / path).read_text()) if name not in before]
-
-
-def fake_tensor_targets(pristine: Dict[str, bytes], patch: Path) -> List[str]:
-    """test_fake_tensor.py whole where the patch changes what its tests are about, else
-    upstream's test classes of it."""
-    if any(p.startswith(FAKE_TENSOR_PATHS) for p in patch_paths(patch)):
-        return [WHOLE_FILE]
-    return [f"{WHOLE_FILE}::{name}" for name in defined_test_classes(pristine[WHOLE_FILE].decode())]
 
 
 def quick_targets(targets: List[str], files: List[str]) -> List[str]:
@@ -120,9 +93,7 @@ def test_first_k_patches_pass_their_tests(k: int, venv_with_hook: Path, runner: 
     env = hook_env(repo, changed, tmp_path / "hook")
     # a module the prefix leaves unchanged is loaded from the base install
     assert loaded_files(env, [module_name(p) for p in changed]) == [str(repo / p) for p in changed]
-    targets = fake_tensor_targets(pristine, SERIES[k - 1]) + [
-        f"{path}::{name}" for path in TEST_FILES if path != WHOLE_FILE
-        for name in added_classes(pristine, repo, path)]
+    targets = series_targets(pristine, repo, SERIES[k - 1:k])
     if os.environ.get(SERIES_FILES_ENV):
         targets = quick_targets(targets, os.environ[SERIES_FILES_ENV].split(","))
         assert targets, f"{SERIES_FILES_ENV}: none of these files has tests of the series"

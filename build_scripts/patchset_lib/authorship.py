@@ -1,12 +1,13 @@
-"""Who an export names as the author of its patches: the series' maintainer, never the runner.
+"""Who an export names as the author of its patches: the series' author of record, never the runner.
 
-The commits of patches/ carry placeholder identities (patches/identity.json, under the `.invalid`
-domain, which no mail reaches): fixed, so that `refresh` and the tool's own `git am` give
-byte-identical patches on any machine. An export goes to a reviewer or into a package, so it
-names a real person instead: the identity in patches/author.json, set once by the maintainer
-with `patchset author set "Name <email>"` and committed. Without it an export fails, writing
-nothing, naming that command. Only placeholder authors are replaced: a patch by someone else
-keeps its author. Whoever runs the export adds themselves only as a `Signed-off-by:` trailer.
+The commits of patches/ carry the series' own committed identity (patches/identity.json, under
+the `.invalid` domain, which no mail reaches): fixed, so that `refresh` and the tool's own
+`git am` give byte-identical patches on any machine. That identity is the author of record an
+export names by default (the maintainers' decision); a maintainer may set another once with
+`patchset author set "Name <email>"` (patches/author.json, committed), which then replaces every
+placeholder author. No export refuses for want of author.json, and none invents a person. Only
+placeholder authors are replaced: a patch by someone else keeps its author. Whoever runs the
+export adds themselves only as a `Signed-off-by:` trailer.
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import json
 import re
 import shlex
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Tuple
 
-from .common import PatchsetError, Project, write_text_atomic
+from .common import PatchsetError, Project, identity, write_text_atomic
 
 PLACEHOLDER_DOMAIN = ".invalid"  # RFC 2606: reserved, never a real address
 IDENT = re.compile(r"^\s*(?P<name>[^<>\n]*[^<>\s])\s*<(?P<email>[^<>\s@]+@[^<>\s@]+)>\s*$")
@@ -56,11 +57,8 @@ def author_file(project: Project) -> Path:
 
 
 def series_author(project: Project) -> Author:
-    """The maintainer of patches/author.json, checked as `author set` checks it."""
+    """The maintainer of patches/author.json (which must exist), checked as `author set` checks it."""
     path = author_file(project)
-    if not path.is_file():
-        raise PatchsetError(f"no series author: {path} is missing; the maintainer sets it once "
-                            f"with {SET_COMMAND} and commits it")
     try:
         data = json.loads(path.read_text())
     except ValueError as exc:
@@ -68,6 +66,19 @@ def series_author(project: Project) -> Author:
     if not isinstance(data, dict) or sorted(data) != ["email", "name"]:
         raise PatchsetError(f"{path} must hold exactly \"name\" and \"email\"; set it again with {SET_COMMAND}")
     return parse_author(f"{data['name']} <{data['email']}>", str(path))
+
+
+def author_of_record(project: Project) -> Tuple[Author, str]:
+    """(the author exports name, where it comes from): patches/author.json when a maintainer set
+    one, else the series' own identity of patches/identity.json, which the patches carry."""
+    if author_file(project).is_file():
+        return series_author(project), "patches/author.json"
+    ident = identity(project)
+    return Author(ident["name"], ident["email"]), "patches/identity.json; set another with 'patchset author set'"
+
+
+def author_line(author: Author, source: str) -> str:
+    return f"author: {author} ({source})"
 
 
 def set_series_author(project: Project, text: str) -> Author:

@@ -17,6 +17,7 @@ from .common import PatchsetError, Runner, find_project
 SUBCOMMAND_MODULES = [
     "setup_cmd",
     "pristine_cmd",
+    "check_cmd",
     "apply_cmd",
     "overlay_cmd",
     "install_cmd",

@@ -3,17 +3,22 @@
 `export --conda-forge DIR`: the git patches without cover letter and a meta.yaml fragment.
 
 Both formats start the same way: a temp repo holding the pristine base files (one commit with a
-fixed identity, see `series_io.make_base_repo`), `git am` of patches/ on top, then every commit
-whose author is a placeholder (see `authorship`) gets the series author of patches/author.json
-as author and committer, and with `--signed-off-by` every commit that person's `Signed-off-by:`
-trailer, so the result depends on patches/ and that option and nothing else of the machine, the
-git config of whoever runs it or the clock.
+fixed identity, see `series_io.make_base_repo`; the files come from .cache/pristine, else from
+the verified orig tarball as `pristine` takes it: no `setup` needed), `git am` of patches/ (or,
+with `--stack`, of the selected stacks' patches, whose needs must all be selected) on top, then
+every commit whose author is a placeholder gets the author of record (see `authorship`:
+patches/author.json if a maintainer set one, else patches/identity.json's) as author and
+committer, and with `--signed-off-by` every commit that person's `Signed-off-by:` trailer, so
+the result depends on patches/ and those options and nothing else of the machine, the git
+config of whoever runs it or the clock.
 
 git: `git format-patch --cover-letter --from=<author>`, numbered `[PATCH n/m]`, for `git am` on
 a v1.13.1 checkout. The cover letter's subject and blurb come from patches/cover-letter.txt
 (first paragraph = subject, the rest = blurb) through the branch description, followed by a
 generated paragraph naming the base (tag v1.13.1) and the sha256 of the base files, and ends
 with `base-commit: <upstream's v1.13.1 commit>` (patches/base.json), which b4 and GitHub resolve.
+With `--stack` the cover letter is the stacks' own, one page: which stacks, what each fixes,
+what each needs, the dependency map (`stack_cover`).
 
 quilt: a `debian/patches` directory (`series` + one file per patch) whose patches carry DEP-3
 headers before the diff. Per-patch DEP-3 metadata lives in the commit message as git trailers in
@@ -35,6 +40,7 @@ series order, to merge into a recipe building the pytorch 1.13.1 source.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -42,7 +48,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import series_io
-from .authorship import Author, is_placeholder, parse_author, series_author
+from .authorship import Author, author_line, author_of_record, is_placeholder, parse_author
 from .common import (
     add_command,
     PatchsetError,
@@ -57,6 +63,8 @@ from .common import (
 )
 from .debian_dropin import DEFAULT_SUBDIR, SERIES, plan_drop_in, write_drop_in
 from .generated_tests import GENERATED_TESTS, check_tests
+from .source import ensure_base_files
+from .stacks import Stack, dependency_map, load_stacks, refuse_missing, select, stack_patches
 from .upstream_status import checked_status, description_paragraph, later_torch_section, series_subjects
 
 COVER_LETTER = "cover-letter.txt"
@@ -66,6 +74,16 @@ GIT_EXPORT_OPTIONS: Sequence[str] = (
     "--cover-letter", "--cover-from-description=subject",
 )
 CONDA_META = "meta.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What one export writes: whose patches (author of record, signer) and which of them."""
+
+    author: Author
+    signer: Optional[Author]
+    patches: Sequence[Path]
+    stacks: Optional[Sequence[Stack]] = None  # None: the whole series
 
 
 def check_series(series: Sequence[Path]) -> Optional[str]:
@@ -81,25 +99,39 @@ def author_env(project: Project, author: Author) -> Dict[str, str]:
             "GIT_COMMITTER_EMAIL": author.email}
 
 
-def series_repo(project: Project, runner: Runner, workdir: Path, author: Author,
-                signer: Optional[Author]) -> Tuple[Path, str]:
-    """Temp repo = pristine base commit + `git am` of patches/, placeholder authors replaced by
-    `author`, each commit signed off by `signer` if given; returns (repo, base commit)."""
+def whole_series(project: Project) -> List[Path]:
     series = read_series(project) if project.series_file.is_file() else []
-    error = check_series(series)
-    if error:
-        raise PatchsetError(error)
+    raise_if(check_series(series))
+    return series
+
+
+def chosen_stacks(project: Project, text: Optional[str]) -> Optional[List[Stack]]:
+    """The stacks of `--stack a,b`, refused (before anything is written) when they need a stack
+    not selected; None without --stack."""
+    if text is None:
+        return None
+    stacks = load_stacks(project)
+    chosen = select(stacks, text)
+    raise_if(refuse_missing(stacks, chosen))
+    return chosen
+
+
+def series_repo(project: Project, runner: Runner, workdir: Path, job: Job) -> Tuple[Path, str]:
+    """Temp repo = pristine base commit + `git am` of the job's patches, placeholder authors
+    replaced by the author of record, each commit signed off by the signer if given; returns
+    (repo, base commit)."""
     repo = workdir / "repo"
-    pristine = series_io.pristine_files(project)
-    base = series_io.make_base_repo(pristine, repo, runner)
-    series_io.am_series(repo, series, runner, series_io.am_env(project))
-    series_io.reauthor(repo, base, lambda name, email: author if is_placeholder(email) else None,
-                       runner, author_env(project, author),
-                       [f"Signed-off-by: {signer}"] if signer is not None else [])
-    warning = check_tests(project, series_io.read_files(repo, [p for p in GENERATED_TESTS
-                                                               if (repo / p).is_file()]))
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    ensure_base_files(project, runner)
+    base = series_io.make_base_repo(series_io.pristine_files(project), repo, runner)
+    series_io.am_series(repo, job.patches, runner, series_io.am_env(project))
+    series_io.reauthor(repo, base, lambda name, email: job.author if is_placeholder(email) else None,
+                       runner, author_env(project, job.author),
+                       [f"Signed-off-by: {job.signer}"] if job.signer is not None else [])
+    if job.stacks is None:  # the generated test files are the whole series'
+        warning = check_tests(project, series_io.read_files(repo, [p for p in GENERATED_TESTS
+                                                                   if (repo / p).is_file()]))
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
     return repo, base
 
 
@@ -127,6 +159,24 @@ def cover_description(project: Project, status: Mapping[str, Mapping[str, object
             + later_torch_section(status, series_subjects(project)))
 
 
+def stack_cover(project: Project, chosen: Sequence[Stack]) -> str:
+    """The cover letter of a stack export: subject, then per stack what it fixes and needs, the
+    dependency map and the base, one page."""
+    tag = base_pin(project)["upstream_tag"]
+    names = ", ".join(s.name for s in chosen)
+    lines = [f"fake tensors for PyTorch {tag}: stack{'s' if len(chosen) > 1 else ''} {names}", "",
+             f"The stack{'s' if len(chosen) > 1 else ''} {names} of the fake-tensor patch set "
+             f"(patches/stacks.json), in series order, {sum(len(s.patches) for s in chosen)} patches:", ""]
+    for stack in chosen:
+        needs = ", ".join(stack.needs) or "nothing"
+        lines += [f"  {stack.name} ({len(stack.patches)} patches; needs {needs}): {stack.fixes}"]
+    lines += ["", "Dependency map (stack <- the stacks it needs):", ""]
+    lines += [f"  {line}" for line in dependency_map(chosen)]
+    lines += ["", f"Base: PyTorch tag {tag} (the files of patches/base.sha256); the whole series' "
+              "cover letter is patches/cover-letter.txt."]
+    return "\n".join(lines) + "\n"
+
+
 def add_base_commit(cover: Path, commit: Optional[str]) -> None:
     """`base-commit:` as `format-patch --base` writes it, naming upstream's commit (the temp
     repo holds only the base files, so its own base commit means nothing to a reviewer)."""
@@ -134,23 +184,23 @@ def add_base_commit(cover: Path, commit: Optional[str]) -> None:
         cover.write_text(cover.read_text().rstrip("\n") + f"\n\nbase-commit: {commit}\n")
 
 
-def git_series(project: Project, runner: Runner, workdir: Path, author: Author,
-               signer: Optional[Author]) -> List[Path]:
+def git_series(project: Project, runner: Runner, workdir: Path, job: Job) -> List[Path]:
     """The git export in workdir/git: the cover letter first, then the patches in series order."""
     status = checked_status(project)
-    repo, base = series_repo(project, runner, workdir, author, signer)
-    runner.git("config", f"branch.{series_io.BRANCH}.description", cover_description(project, status),
+    description = (cover_description(project, status) if job.stacks is None
+                   else stack_cover(project, job.stacks))
+    repo, base = series_repo(project, runner, workdir, job)
+    runner.git("config", f"branch.{series_io.BRANCH}.description", description,
                cwd=repo, env=series_io.isolated_env(), capture=True)
     made = series_io.format_patches(repo, f"{base}..HEAD", workdir / "git", runner,
-                                    [*GIT_EXPORT_OPTIONS, "--no-base", f"--from={author}"],
-                                    author_env(project, author))
+                                    [*GIT_EXPORT_OPTIONS, "--no-base", f"--from={job.author}"],
+                                    author_env(project, job.author))
     add_base_commit(made[0], base_pin(project).get("upstream_commit"))
     return made
 
 
-def export_git(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
-               signer: Optional[Author]) -> List[Path]:
-    return copy_files(git_series(project, runner, workdir, author, signer), out)
+def export_git(project: Project, runner: Runner, workdir: Path, out: Path, job: Job) -> List[Path]:
+    return copy_files(git_series(project, runner, workdir, job), out)
 
 
 def copy_files(files: Sequence[Path], out: Path) -> List[Path]:
@@ -172,9 +222,8 @@ def conda_meta_fragment(patches: Sequence[Path]) -> str:
             "source:\n  patches:\n" + listed)
 
 
-def export_conda(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
-                 signer: Optional[Author]) -> List[Path]:
-    patches = copy_files(git_series(project, runner, workdir, author, signer)[1:], out)  # no cover
+def export_conda(project: Project, runner: Runner, workdir: Path, out: Path, job: Job) -> List[Path]:
+    patches = copy_files(git_series(project, runner, workdir, job)[1:], out)  # no cover
     (out / CONDA_META).write_text(conda_meta_fragment(patches))
     return [*patches, out / CONDA_META]
 
@@ -250,20 +299,20 @@ def series_id(patches: Sequence[Path]) -> str:
     return sha256_bytes(b"".join(p.read_bytes() for p in patches))
 
 
-def origin_text(project: Project, patches: Sequence[Path]) -> str:
+def origin_text(project: Project, patches: Sequence[Path], stacks: Optional[Sequence[Stack]] = None) -> str:
     """DEP-3's `other` keyword: `vendor` is for patches made by Debian or another distribution."""
     tag = base_pin(project)["upstream_tag"]
-    return f"other, fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
+    part = "" if stacks is None else f"stacks {', '.join(s.name for s in stacks)} of the "
+    return f"other, {part}fake-tensor patch set for PyTorch {tag} (series sha256 {series_id(patches)})"
 
 
-def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, author: Author,
-                 signer: Optional[Author]) -> List[Path]:
+def export_quilt(project: Project, runner: Runner, workdir: Path, out: Path, job: Job) -> List[Path]:
     status = checked_status(project)
-    repo, base = series_repo(project, runner, workdir, author, signer)
+    repo, base = series_repo(project, runner, workdir, job)
     patches = series_io.format_series(repo, base, workdir / "canonical", runner)
     revs = runner.git("rev-list", "--reverse", f"{base}..HEAD", cwd=repo,
                       env=series_io.isolated_env(), capture=True).stdout.split()
-    origin = origin_text(project, read_series(project))  # the series as patches/ holds it
+    origin = origin_text(project, read_series(project), job.stacks)  # the series as patches/ holds it
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for rev, patch in zip(revs, patches):
@@ -294,23 +343,34 @@ def export_format(args: argparse.Namespace) -> str:
     return args.format
 
 
+def export_job(project: Project, args: argparse.Namespace) -> Job:
+    """Everything checked before a file is written: author, signer, stacks and their needs."""
+    author, source = author_of_record(project)
+    signer = None if args.signed_off_by is None else parse_author(args.signed_off_by, "--signed-off-by")
+    stacks = chosen_stacks(project, args.stack)
+    patches = whole_series(project) if stacks is None else stack_patches(project, stacks)
+    print(author_line(author, source))
+    if stacks is not None:
+        print(f"stacks: {', '.join(s.name for s in stacks)} ({len(patches)} patches)")
+    return Job(author, signer, patches, stacks)
+
+
 def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> int:
     fmt = export_format(args)
-    author = series_author(project)
-    signer = None if args.signed_off_by is None else parse_author(args.signed_off_by, "--signed-off-by")
+    job = export_job(project, args)
     if args.debian_patches is not None:
-        return drop_into_debian_patches(project, runner, args, author, signer)
+        return drop_into_debian_patches(project, runner, args, job)
     exporter = {"git": export_git, "quilt": export_quilt, "conda-forge": export_conda}[fmt]
     out = Path(args.out if args.conda_forge is None else args.conda_forge).resolve()
     raise_if(check_out_dir(out))
     with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
         staged = Path(tmp) / "out"  # written in full before anything reaches --out
-        files = exporter(project, runner, Path(tmp), staged, author, signer)
+        files = exporter(project, runner, Path(tmp), staged, job)
         shutil.copytree(staged, out, dirs_exist_ok=True)
     for path in files:
         print(out / path.name)
     if fmt == "git":
-        print(git_am_hint(out, signer or author))
+        print(git_am_hint(out, job.signer or job.author))
     elif fmt == "conda-forge":
         print(f"conda-forge: copy the patches beside the recipe's meta.yaml and merge {out / CONDA_META} "
               "into its `source:` (the pytorch 1.13.1 source); conda-build applies them in that "
@@ -321,11 +381,10 @@ def cmd_export(project: Project, runner: Runner, args: argparse.Namespace) -> in
     return 0
 
 
-def drop_into_debian_patches(project: Project, runner: Runner, args: argparse.Namespace,
-                             author: Author, signer: Optional[Author]) -> int:
+def drop_into_debian_patches(project: Project, runner: Runner, args: argparse.Namespace, job: Job) -> int:
     target = Path(args.debian_patches).resolve()
     with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
-        files = export_quilt(project, runner, Path(tmp), Path(tmp) / "out", author, signer)
+        files = export_quilt(project, runner, Path(tmp), Path(tmp) / "out", job)
         plan = plan_drop_in(target, args.subdir, {p.name: p.read_bytes() for p in files})
         write_drop_in(plan)
     if plan.changes_nothing:
@@ -364,5 +423,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"subdirectory of --debian-patches for the patches (default: {DEFAULT_SUBDIR})")
     parser.add_argument("--signed-off-by", metavar="'NAME <EMAIL>'",
                         help="add a `Signed-off-by:` trailer naming you to each exported patch "
-                             "(the author is always the series author of patches/author.json, "
-                             "set by the maintainer with `patchset author set`)")
+                             "(the author is always the author of record: patches/author.json if "
+                             "a maintainer set one with `patchset author set`, else the series' "
+                             "own identity of patches/identity.json)")
+    parser.add_argument("--stack", metavar="NAME[,NAME...]",
+                        help="export only these stacks of patches/stacks.json, in series order "
+                             "(the git export with their own short cover letter); refused, "
+                             "writing nothing, when they need a stack not selected")

@@ -1,7 +1,7 @@
 """`patchset pristine [--git] DIR`: a pristine v1.13.1 tree at DIR, from the verified orig
 tarball; with --git also a git checkout of it: one commit of the whole tree, tagged v1.13.1.
 
-The tree is `source.write_pristine_tree`; the commit `series_io.commit_base` (the fixed identity
+The tree is `source.write_pristine_tree`; the commit `series_io.make_git_checkout` (the fixed identity
 and date of the tool's base commits: no git identity needed, the same commit id every time, but
 not upstream's, which the git export's `base-commit:` names). This module is its command line.
 """
@@ -10,22 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import series_io
 from .common import Project, Runner, add_command, base_pin
+from .series_io import make_git_checkout
 from .source import write_pristine_tree
-
-
-def make_git_checkout(project: Project, runner: Runner, tree: Path) -> str:
-    """`git init` the pristine tree, commit all of it, tag it; returns the commit id."""
-    pin = base_pin(project)
-    tag = pin["upstream_tag"]
-    message = (f"PyTorch {tag}\n\nThe tree of Debian's {pin['debian_source_package']} "
-               f"{pin['debian_source_version']} orig tarball (sha256-checked), as `patchset "
-               f"pristine --git` makes it.\nUpstream's {tag} is commit {pin['upstream_commit']}.\n")
-    series_io.init_repo(tree, runner)
-    commit = series_io.commit_base(tree, runner, ["."], message)
-    runner.git("tag", tag, commit, cwd=tree, env=series_io.isolated_env(), capture=True)
-    return commit
 
 
 def cmd_pristine(project: Project, runner: Runner, args: argparse.Namespace) -> int:

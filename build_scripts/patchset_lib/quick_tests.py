@@ -24,14 +24,13 @@ from typing import Dict, List, Sequence, Tuple
 
 from .common import Project, Runner, read_series
 from .series_io import isolated_env
+from .series_tests import TEST_FILES
 
 WATCHED = ("patches", "test", "build_scripts")
 SERIES_FILES_ENV = "PATCHSET_SERIES_FILES"  # read by test/test_series_per_patch.py
 PER_PATCH = "test/test_series_per_patch.py"
 CONSISTENCY = "test/test_series_consistency.py"
 # The files test/test_series_per_patch.py runs; a patch's other test files (test_ops.py) it does not.
-HARNESS_FILES = ("test/test_fake_tensor.py", "test/test_weak.py", "test/test_meta.py",
-                 "test/test_proxy_tensor.py", "test/test_fx.py")
 ALL_PIPELINE = ("*",)
 # Tests of a module that neither its name nor an import finds; ALL_PIPELINE: every pipeline test.
 MODULE_TESTS: Dict[str, Tuple[str, ...]] = {
@@ -78,12 +77,12 @@ def pick_patch(project: Project, path: str) -> List[Pick]:
     if not re.fullmatch(r"patches/\d{4}-.*\.patch", path) or not (project.root / path).is_file():
         return [consistency]
     files = patch_test_files(project.root / path)
-    harness = [f for f in files if f in HARNESS_FILES]
+    harness = [f for f in files if f in TEST_FILES]
     picks = [consistency]
     if harness:
         picks.append(Pick(path, (last_prefix(project),),
                           f"its test files {', '.join(harness)}, after the whole series"))
-    others = [f for f in files if f not in HARNESS_FILES]
+    others = [f for f in files if f not in TEST_FILES]
     if others:
         picks.append(Pick(path, (), f"its {', '.join(others)}: not run by {PER_PATCH} (nor here)"))
     return picks
@@ -144,7 +143,7 @@ def picks(project: Project, changed: Sequence[str]) -> List[Pick]:
 def series_files(project: Project, changed: Sequence[str]) -> List[str]:
     """The harness files the changed patches change: SERIES_FILES_ENV's value."""
     patches = [p for p in changed if re.fullmatch(r"patches/\d{4}-.*\.patch", p) and (project.root / p).is_file()]
-    return sorted({f for p in patches for f in patch_test_files(project.root / p) if f in HARNESS_FILES})
+    return sorted({f for p in patches for f in patch_test_files(project.root / p) if f in TEST_FILES})
 
 
 def selected(chosen: Sequence[Pick]) -> List[str]:

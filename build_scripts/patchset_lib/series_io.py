@@ -25,6 +25,7 @@ from .common import (
     git_identity_env,
     identity,
     bytes_digest,
+    base_pin,
     check_base_hashes,
     read_base_hashes,
 )
@@ -152,6 +153,19 @@ def commit_base(repo: Path, runner: Runner, paths: Sequence[str], message: str) 
     runner.git("add", "--force", "--", *paths, cwd=repo, env=env, capture=True)
     runner.git("commit", "-q", "--no-verify", "-m", message, cwd=repo, env=env, capture=True)
     return head(repo, runner)
+
+
+def make_git_checkout(project: Project, runner: Runner, tree: Path) -> str:
+    """`git init` the pristine tree, commit all of it, tag it; returns the commit id."""
+    pin = base_pin(project)
+    tag = pin["upstream_tag"]
+    message = (f"PyTorch {tag}\n\nThe tree of Debian's {pin['debian_source_package']} "
+               f"{pin['debian_source_version']} orig tarball (sha256-checked), as `patchset "
+               f"pristine --git` makes it.\nUpstream's {tag} is commit {pin['upstream_commit']}.\n")
+    init_repo(tree, runner)
+    commit = commit_base(tree, runner, ["."], message)
+    runner.git("tag", tag, commit, cwd=tree, env=isolated_env(), capture=True)
+    return commit
 
 
 def head(repo: Path, runner: Runner, rev: str = "HEAD") -> str:

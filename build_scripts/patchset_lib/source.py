@@ -238,12 +238,31 @@ def check_pristine(project: Project) -> Optional[str]:
 
 
 def ensure_pristine(project: Project, runner: Runner) -> None:
-    """Copy each base file into .cache/pristine/, from the checkout if pristine there, else the tarball."""
+    """Copy each base file into .cache/pristine/, from the checkout if pristine there (extracted
+    if missing), else the tarball."""
+    fill_pristine(project, runner, ensure_checkout(project, runner))
+
+
+def ensure_base_files(project: Project, runner: Runner) -> None:
+    """.cache/pristine for the exports, which need nothing of `setup`: when neither it nor the
+    cached checkout exists (a fresh clone), from the verified orig tarball alone (fetched as
+    `pristine` fetches it when not cached). What is there is checked by its reader."""
+    if project.pristine.is_dir() or project.default_checkout.is_dir():
+        return
+    try:
+        fill_pristine(project, runner, None)
+    except PatchsetError as exc:
+        raise PatchsetError(f"{exc}\nthe base files come from the verified orig tarball "
+                            f"{tarball_path(project)}, as for `./build_scripts/patchset pristine "
+                            "DIR`: put it there, or let that command fetch it") from exc
+
+
+def fill_pristine(project: Project, runner: Runner, checkout: Optional[Path]) -> None:
     if check_pristine(project) is None:
         return
-    checkout = ensure_checkout(project, runner)
     wanted = read_base_hashes(project)
-    missing = {p: d for p, d in wanted.items() if not _copy_if_hash(checkout / p, project.pristine / p, d)}
+    missing = {p: d for p, d in wanted.items()
+               if checkout is None or not _copy_if_hash(checkout / p, project.pristine / p, d)}
     if missing:
         _extract_from_tarball(project, runner, missing)
     error = check_pristine(project)
@@ -266,12 +285,14 @@ def _copy_if_hash(src: Path, dst: Path, digest: str) -> bool:
 
 
 def _extract_from_tarball(project: Project, runner: Runner, wanted: Dict[str, str]) -> None:
-    """The checkout was already patched: take the base files from the verified tarball."""
+    """The checkout was already patched, or there is none: take the base files from the
+    verified tarball (the files the series creates, which it lacks, are only removed)."""
     tarball = ensure_tarball(project, runner)
     top = base_pin(project)["tree_dir"]
+    present = sorted(p for p, d in wanted.items() if d != ABSENT)
     with tempfile.TemporaryDirectory() as tmp:
         runner.run(["tar", "-xJf", tarball, "-C", tmp, "--no-same-owner",
-                    *[f"{top}/{p}" for p in sorted(wanted)]])
+                    *[f"{top}/{p}" for p in present]])
         for path, digest in wanted.items():
             if not _copy_if_hash(Path(tmp) / top / path, project.pristine / path, digest):
                 raise PatchsetError(f"{path} in {tarball.name} does not match patches/base.sha256")

@@ -18,6 +18,7 @@ wrong torch is an error rather than a misleading table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -26,7 +27,7 @@ import shlex
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .common import (ABSENT, PatchsetError, Project, Runner, add_command, file_digest, raise_if,
                      read_base_hashes)
@@ -101,6 +102,15 @@ DEFAULT_SELECTIONS: Tuple[Selection, ...] = (
     # with `--files test/test_proxy_tensor.py`.
     Selection("test/test_proxy_tensor.py", ("-k", "not TestProxyTensorOpInfo")),
 )
+
+
+def node_selections(targets: Sequence[str]) -> List[Selection]:
+    """Node ids (`test/test_x.py::TestA`, or a whole file) as one selection per test file: one
+    pytest run each, its further node ids passed after the first."""
+    by_file: Dict[str, List[str]] = {}
+    for target in targets:
+        by_file.setdefault(target.split("::", 1)[0], []).append(target)
+    return [Selection(ids[0], tuple(t[len("test/"):] for t in ids[1:])) for ids in by_file.values()]
 
 
 def parse_selection(text: str, keyword: Optional[str]) -> Selection:
@@ -310,9 +320,7 @@ def run_upstream_tests(project: Project, runner: Runner, checkout: Optional[Path
     else:
         print(f"checkout: {checkout} (the series' test files: patched side only)")
     problems: List[str] = []
-    with tempfile.TemporaryDirectory(prefix="patchset-upstream-") as tmp:
-        workdir = Path(tmp)
-        (workdir / f"{LOADCHECK_PLUGIN}.py").write_text(LOADCHECK_SOURCE)
+    with loadcheck_workdir() as workdir:
         if python is None:
             print(f"torch:    {torch_dir} (unpatched side: PATCHSET_OVERLAY=0)")
             sides, tag = venv_sides(project, torch_dir, entries), ""
@@ -327,6 +335,38 @@ def run_upstream_tests(project: Project, runner: Runner, checkout: Optional[Path
         for selection in selections:
             problems += compare_selection(project, runner, upstream, checkout, selection, sides, workdir, tag)
     return 1 if problems else 0
+
+
+@contextlib.contextmanager
+def loadcheck_workdir() -> Iterator[Path]:
+    """A temp dir for the junit files, with the plugin that records what each run loaded."""
+    with tempfile.TemporaryDirectory(prefix="patchset-upstream-") as tmp:
+        (Path(tmp) / f"{LOADCHECK_PLUGIN}.py").write_text(LOADCHECK_SOURCE)
+        yield Path(tmp)
+
+
+def run_series_files(project: Project, runner: Runner, checkout: Path,
+                     selections: Sequence[Selection], tag: str) -> List[str]:
+    """The series' test files of `checkout` (the base with some of the series applied, e.g. a
+    stack and its needs) on the patched side only, loading the overlaid modules from the
+    checkout's torch/ files, as `upstream-tests --checkout` runs the series' files (upstream's
+    are not run; `tag` names the logs); returns the failing tests."""
+    raise_if(check_project_venv(project) or check_checkout(checkout, selections))
+    entries = read_manifest(project)
+    raise_if(check_overlay_files(project, entries) or check_checkout_modules(checkout, entries))
+    torch_dir = checked_torch_dir(project, runner, project.venv_python, entries)
+    failing: List[str] = []
+    with loadcheck_workdir() as workdir:
+        patched = next(s for s in venv_sides(project, torch_dir, entries) if s.name == "patched")
+        side = checkout_side(patched, checkout, entries, workdir)
+        for selection in selections:
+            result = checked_run(project, runner, checkout, selection, side, workdir, tag)
+            failed = series_failures(result.outcomes)
+            print(f"  {selection.file}: {format_counts(result.outcomes)}  (log: {result.log})")
+            if failed:
+                print_ids("failing", failed)
+            failing += failed
+    return failing
 
 
 def checked_run(project: Project, runner: Runner, tree: Path, selection: Selection, side: Side,

@@ -31,7 +31,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .common import (ABSENT, PatchsetError, Project, Runner, add_command, file_digest, raise_if,
                      read_base_hashes)
-from .overlay import check_overlay_files, ensure_overlay, read_manifest
+from .overlay import ManifestEntry, check_overlay_files, ensure_overlay, read_manifest
 from .overlay_hook import install_project_venv
 from .project_venv import check_project_venv
 from .sides import (
@@ -345,6 +345,14 @@ def loadcheck_workdir() -> Iterator[Path]:
         yield Path(tmp)
 
 
+def changed_in_checkout(checkout: Path, entries: Sequence[ManifestEntry]) -> List[ManifestEntry]:
+    """The overlaid modules the part of the series applied to `checkout` changes or creates (the
+    others are loaded unpatched); all of them when it changes none, for the check to refuse."""
+    changed = [e for e in entries if (checkout / e.path).is_file()
+               and (e.base_sha256 == ABSENT or file_digest(checkout / e.path) != e.base_sha256)]
+    return changed or list(entries)
+
+
 def run_series_files(project: Project, runner: Runner, checkout: Path,
                      selections: Sequence[Selection], tag: str) -> List[str]:
     """The series' test files of `checkout` (the base with some of the series applied, e.g. a
@@ -352,7 +360,7 @@ def run_series_files(project: Project, runner: Runner, checkout: Path,
     checkout's torch/ files, as `upstream-tests --checkout` runs the series' files (upstream's
     are not run; `tag` names the logs); returns the failing tests."""
     raise_if(check_project_venv(project) or check_checkout(checkout, selections))
-    entries = read_manifest(project)
+    entries = changed_in_checkout(checkout, read_manifest(project))
     raise_if(check_overlay_files(project, entries) or check_checkout_modules(checkout, entries))
     torch_dir = checked_torch_dir(project, runner, project.venv_python, entries)
     failing: List[str] = []

@@ -7,11 +7,13 @@ Last, CI's per-stack check: `patchset check --stack all` (each stack alone with 
 tests run), so the README's test command covers it.
 """
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Dict, Sequence
 
 import pytest
-from conftest import REPO, run_tool
+from conftest import REPO, git, package_tree, run_tool
 
 from patchset_lib import series_io
 from patchset_lib.check_cmd import Outcome, check_prerequisites
@@ -23,7 +25,6 @@ from patchset_lib.stacks import (
     missing_needs,
     refuse_missing,
     select,
-    stack_patches,
     with_needs,
 )
 
@@ -125,13 +126,37 @@ def test_the_real_file_follows_the_rules() -> None:
     assert sum(len(s.patches) for s in REAL) == len((PROJECT.series_file).read_text().split())
 
 
+def exported_selection(name: str) -> str:
+    """The stack `name` and every stack it needs, as `export --stack` takes them."""
+    return ",".join(s.name for s in with_needs(REAL, select(REAL, name)))
+
+
 @pytest.mark.parametrize("name", [s.name for s in REAL])
-def test_every_stack_applies_with_its_needs_to_the_base_files(name: str, runner: Runner,
-                                                             tmp_path: Path) -> None:
-    chosen = with_needs(REAL, select(REAL, name))
+def test_every_stack_exported_with_its_needs_applies_with_git_am(name: str, runner: Runner,
+                                                                 tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = run_tool(REPO, "export", "--stack", exported_selection(name), "--format", "git", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
     repo = tmp_path / "repo"
     series_io.make_base_repo(series_io.pristine_files(PROJECT), repo, runner)
-    series_io.am_series(repo, stack_patches(PROJECT, chosen), runner, series_io.am_env(PROJECT))
+    patches = sorted(p for p in out.glob("*.patch") if not p.name.startswith("0000-"))
+    chosen = with_needs(REAL, select(REAL, name))
+    assert len(patches) == sum(len(s.patches) for s in chosen)
+    git("am", "-q", *map(str, patches), cwd=repo)
+
+
+@pytest.mark.parametrize("name", [s.name for s in REAL])
+def test_every_stack_exported_with_its_needs_pushes_with_quilt(name: str, base_files: Dict[str, bytes],
+                                                              tmp_path: Path) -> None:
+    pkg = package_tree(tmp_path / "pkg", base_files)
+    proc = run_tool(REPO, "export", "--stack", exported_selection(name),
+                    "--debian-patches", str(pkg / "debian/patches"))
+    assert proc.returncode == 0, proc.stderr
+    push = subprocess.run(["quilt", "push", "-a", "--fuzz=0"], cwd=pkg, capture_output=True, text=True,
+                          env={**os.environ, "QUILT_PATCHES": "debian/patches"})
+    assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-2000:]
+    chosen = with_needs(REAL, select(REAL, name))
+    assert push.stdout.count("Applying patch debian/patches/fake-tensor/") == sum(len(s.patches) for s in chosen)
 
 
 # ---- patchset check -------------------------------------------------------------------------------

@@ -345,12 +345,11 @@ def loadcheck_workdir() -> Iterator[Path]:
         yield Path(tmp)
 
 
-def changed_in_checkout(checkout: Path, entries: Sequence[ManifestEntry]) -> List[ManifestEntry]:
-    """The overlaid modules the part of the series applied to `checkout` changes or creates (the
-    others are loaded unpatched); all of them when it changes none, for the check to refuse."""
-    changed = [e for e in entries if (checkout / e.path).is_file()
-               and (e.base_sha256 == ABSENT or file_digest(checkout / e.path) != e.base_sha256)]
-    return changed or list(entries)
+def present_in_checkout(checkout: Path, entries: Sequence[ManifestEntry]) -> List[ManifestEntry]:
+    """The overlaid modules `checkout` has, patched or not: loaded from it, so that a module the
+    part of the series applied there leaves alone is 1.13.1's (not the overlay's) and one it does
+    not create (torch/utils/weak.py without core) is not loaded at all."""
+    return [e for e in entries if (checkout / e.path).is_file()]
 
 
 def run_series_files(project: Project, runner: Runner, checkout: Path,
@@ -360,7 +359,7 @@ def run_series_files(project: Project, runner: Runner, checkout: Path,
     checkout's torch/ files, as `upstream-tests --checkout` runs the series' files (upstream's
     are not run; `tag` names the logs); returns the failing tests."""
     raise_if(check_project_venv(project) or check_checkout(checkout, selections))
-    entries = changed_in_checkout(checkout, read_manifest(project))
+    entries = present_in_checkout(checkout, read_manifest(project))
     raise_if(check_overlay_files(project, entries) or check_checkout_modules(checkout, entries))
     torch_dir = checked_torch_dir(project, runner, project.venv_python, entries)
     failing: List[str] = []

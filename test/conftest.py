@@ -107,6 +107,20 @@ def make_patched_checkout(checkout: Path) -> Path:
 MAINTAINER = "Mae Maintainer <mae@example.org>"
 
 
+def fresh_clone(root: Path) -> Path:
+    """A clone of this repository where nothing ran (HEAD, with the work tree's tool and patches/):
+    no .venv, no author set, no .cache but the verified orig tarball `pristine` fetches (linked
+    in: fetching it needs the network, which CI may lack)."""
+    subprocess.run(["git", "clone", "-q", str(REPO), str(root)], check=True)
+    for name in ("build_scripts", "patches"):
+        shutil.rmtree(root / name)
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    tarball = json.loads((REPO / "patches/base.json").read_text())["orig_tarball"]
+    (root / ".cache/debian-source").mkdir(parents=True)
+    (root / ".cache/debian-source" / tarball).symlink_to(REPO / ".cache/debian-source" / tarball)
+    return root
+
+
 def series_copy(root: Path) -> Path:
     """This project's tool, series, generated tests and pristine base files, plus the series
     author a maintainer sets once (this repository holds none): exports run on the copy."""

@@ -30,6 +30,7 @@ from conftest import (
     DEBIAN_SERIES,
     REPO,
     copy_tool,
+    fresh_clone,
     make_small_project,
     run_tool,
     sha,
@@ -639,15 +640,7 @@ def test_a_clone_without_setup_exports_with_only_the_orig_tarball(tmp_path: Path
     no .venv, no .cache but the verified orig tarball `pristine` uses (fetching it needs the
     network, which CI may lack, so the cached one is linked in). Both formats export the whole
     series with the system python, naming the author of record."""
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    for name in ("build_scripts", "patches"):
-        shutil.rmtree(clone / name)
-        shutil.copytree(REPO / name, clone / name, ignore=shutil.ignore_patterns("__pycache__"))
-    pin = json.loads((REPO / "patches/base.json").read_text())
-    (clone / ".cache/debian-source").mkdir(parents=True)
-    (clone / ".cache/debian-source" / pin["orig_tarball"]).symlink_to(
-        REPO / ".cache/debian-source" / pin["orig_tarball"])
+    clone = fresh_clone(tmp_path / "clone")
     count = len(read_series(Project(clone)))
     python = shutil.which("python3") or "/usr/bin/python3"
     for fmt, files in (("quilt", count + 1), ("git", count + 1)):

@@ -5,10 +5,11 @@ Each recipe is a ```sh block after a `<!-- recipe: NAME -->` line. It runs under
 git knowing nobody (no config, no identity variables: as on a fresh build box or CI's root), with
 only the lines that name the packager's own directories (`PYTORCH=`, `OUT=`, `PKG=`) replaced by
 directories the test makes: a git repo of the v1.13.1 base files and upstream's test/, and a
-package tree whose debian/patches holds a patch of its own. The `pr` and `debian` recipes run on
-this project's real series; the `edit` recipe, which rewrites patches/, runs in a copy of the
-project that shares this one's .venv, without its `setup && overlay && install` line (that line is
-what `patchset test` did before these tests ran; it is checked to be in the block verbatim).
+package tree whose debian/patches holds a patch of its own. The `pr` and `debian` recipes run in
+a fresh clone of this project (nothing run before them, no author set); the `edit` recipe, which
+rewrites patches/, runs in a copy of the project that shares this one's .venv, without its
+`setup && overlay && install` line (that line is what `patchset test` did before these tests
+ran; it is checked to be in the block verbatim).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Tuple
 
 import pytest
-from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, MAINTAINER, REPO, TOOL_LIB, git, package_tree,
+from conftest import (DEBIAN_OWN_PATCH, DEBIAN_SERIES, REPO, TOOL_LIB, fresh_clone, git, package_tree,
                       pristine_checkout, series_copy, sha, tree_hashes)
 
 from patchset_lib import cli, refresh_cmd
@@ -36,6 +37,8 @@ TWO_COMMANDS = ("./build_scripts/patchset run", "./build_scripts/patchset test")
 OWN_DIRS = ("PYTORCH", "OUT", "PKG")
 PREREQUISITES = "./build_scripts/patchset setup"
 NAME, EMAIL = "Your Name", "you@example.org"
+IDENTITY = json.loads((REPO / "patches" / "identity.json").read_text())
+AUTHOR_OF_RECORD = f"{IDENTITY['name']} <{IDENTITY['email']}>"  # no author is set in a fresh clone
 EDIT_MARK = "  # the edit recipe's change"
 EDITED = "torch/_subclasses/fake_tensor.py"
 
@@ -194,7 +197,7 @@ def applied_bytes(tmp_path: Path, base: Mapping[str, bytes]) -> Dict[str, bytes]
 
 
 def test_pr_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
-    project = series_copy(tmp_path / "project")
+    project = fresh_clone(tmp_path / "project")
     checkout = v1131_checkout(tmp_path / "pytorch")
     env = no_identity_env(tmp_path / "home", PYTORCH=str(checkout), OUT=str(tmp_path / "out"))
     run_recipe(recipe("pr"), project, env)
@@ -202,8 +205,8 @@ def test_pr_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
     assert {p: (checkout / p).read_bytes() for p in expected} == expected
     log = subprocess.run(["git", "log", "--format=%an <%ae>|%cn <%ce>|%(trailers:only,unfold)", "HEAD~1..HEAD"],
                          cwd=checkout, env=env, capture_output=True, text=True, check=True).stdout
-    # the series' author, never the packager, who signs off and commits
-    assert log.strip().split("|") == [MAINTAINER, f"{NAME} <{EMAIL}>", f"Signed-off-by: {NAME} <{EMAIL}>"]
+    # the series' author of record, never the packager, who signs off and commits
+    assert log.strip().split("|") == [AUTHOR_OF_RECORD, f"{NAME} <{EMAIL}>", f"Signed-off-by: {NAME} <{EMAIL}>"]
     count = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=checkout, env=env,
                            capture_output=True, text=True, check=True).stdout
     assert int(count) == 1 + len((REPO / "patches" / "series").read_text().split())
@@ -221,7 +224,7 @@ def readme_dep3_fields() -> List[str]:
 def test_debian_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
     pkg = package_tree(tmp_path / "pytorch-1.13.1+dfsg", base_tree)
     orig = tree_hashes(pkg)
-    project = series_copy(tmp_path / "project")
+    project = fresh_clone(tmp_path / "project")
     env = no_identity_env(tmp_path / "home", PKG=str(pkg))
     proc = run_recipe(recipe("debian"), project, env)
     series = (REPO / "patches" / "series").read_text().split()
@@ -235,7 +238,7 @@ def test_debian_recipe(tmp_path: Path, base_tree: Dict[str, bytes]) -> None:
         text = (pkg / "debian/patches/fake-tensor" / name).read_text()
         header = text.split("\n---\n")[0]
         fields |= {line.split(":", 1)[0] for line in header.splitlines() if not line.startswith(" ")}
-        assert f"\nAuthor: {MAINTAINER}\n" in header and ".invalid" not in header
+        assert f"\nAuthor: {AUTHOR_OF_RECORD}\n" in header
         assert f" Signed-off-by: {NAME} <{EMAIL}>\n" in header
     # what the README lists is what the export writes; Bug only for a patch with a filed bug
     status = json.loads((REPO / "patches/upstream-status.json").read_text())

@@ -100,7 +100,7 @@ def test_readme_is_short_and_starts_with_the_two_commands() -> None:
 
 def test_readme_says_how_long_the_full_test_takes_and_names_the_quick_one() -> None:
     after = readme().split("```\n", 1)[1].splitlines()[0]  # the line after the two commands
-    assert "45 minutes on 2 cores" in after and "`./build_scripts/patchset test --quick`" in after
+    assert "50 minutes on 2 cores" in after and "`./build_scripts/patchset test --quick`" in after
     assert cli.parse_args(cli.build_parser(), ["test", "--quick"]).quick
 
 

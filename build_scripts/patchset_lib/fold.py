@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import series_io
+from .series_io import git_out
 from .common import PatchsetError, Project, Runner
 
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -72,11 +73,6 @@ class Placement:
     hunk: Hunk
     patch: Optional[Patch]
     candidates: Tuple[str, ...] = ()
-
-
-def git_out(repo: Path, runner: Runner, *args: str, env: Optional[Mapping[str, str]] = None) -> str:
-    return runner.git(*args, cwd=repo, env={**series_io.isolated_env(), **(env or {})},
-                      capture=True).stdout
 
 
 # ---- reading the edit and the series -----------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from .common import Project, Runner, read_series
 from .series_io import isolated_env
-from .series_tests import TEST_FILES
+from .series_tests import TEST_FILES, patch_paths
 
 WATCHED = ("patches", "test", "build_scripts")
 SERIES_FILES_ENV = "PATCHSET_SERIES_FILES"  # read by test/test_series_per_patch.py
@@ -64,7 +64,7 @@ def all_pipeline(project: Project) -> Tuple[str, ...]:
 
 
 def patch_test_files(patch: Path) -> List[str]:
-    return sorted(set(re.findall(r"^diff --git a/(test/\S+) b/", patch.read_text(), flags=re.M)))
+    return sorted({path for path in patch_paths(patch) if path.startswith("test/")})
 
 
 def last_prefix(project: Project) -> str:

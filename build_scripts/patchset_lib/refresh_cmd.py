@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import fold, overlay, series_io
+from .series_io import git_out
 from .generated_tests import EXTENDED_TEST, expected_tests
 from .common import (
     ABSENT, PatchsetError, Project, Runner, add_command, bytes_digest, check_base_hashes, raise_if,
@@ -40,11 +41,6 @@ from .common import (
 )
 
 BASE_SEARCH_LIMIT = 500  # the base is a few commits below HEAD; don't walk all of history
-
-
-def git_out(repo: Path, runner: Runner, *args: str, check: bool = True) -> str:
-    proc = runner.git(*args, cwd=repo, env=series_io.isolated_env(), capture=True, check=check)
-    return proc.stdout if proc.returncode == 0 else ""
 
 
 def check_git_repo(repo: Path, runner: Runner) -> Optional[str]:

@@ -168,6 +168,13 @@ def make_git_checkout(project: Project, runner: Runner, tree: Path) -> str:
     return commit
 
 
+def git_out(repo: Path, runner: Runner, *args: str, env: Optional[Mapping[str, str]] = None,
+            check: bool = True) -> str:
+    """git's stdout in repo, with the isolated env (plus `env`); "" for a failure when not `check`."""
+    proc = runner.git(*args, cwd=repo, env={**isolated_env(), **(env or {})}, capture=True, check=check)
+    return proc.stdout if proc.returncode == 0 else ""
+
+
 def head(repo: Path, runner: Runner, rev: str = "HEAD") -> str:
     return runner.git("rev-parse", "--verify", f"{rev}^{{commit}}", cwd=repo, env=isolated_env(),
                       capture=True).stdout.strip()

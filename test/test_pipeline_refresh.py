@@ -304,6 +304,17 @@ def test_fold_places_each_hunk_and_insertions_by_their_neighbours(
     assert "+after second" in new["0002-Second.patch"] and "+third, edited" in new["0003-Third.patch"]
 
 
+def refused_changing_nothing(project: Project, runner: Runner, checkout: Path, match: str,
+                             **options: object) -> PatchsetError:
+    """refresh with `options` raises `match`, leaving the project and the checkout (HEAD, index,
+    work tree) as they were; returns the error."""
+    before, state = tree_hashes(project.root), checkout_state(checkout, runner)
+    with pytest.raises(PatchsetError, match=match) as refused:
+        refresh(project, runner, checkout, **options)
+    assert tree_hashes(project.root) == before and checkout_state(checkout, runner) == state
+    return refused.value
+
+
 @pytest.mark.parametrize("changes, named", [
     ({2: b"x\n", 3: b"x\n", 4: b"x\n", 5: b"x\n", 6: b"x\n"}, ("0001 First", "0002 Second", "the base")),
     ({4: b"upstream's line, edited\n"}, ("the base",)),
@@ -313,12 +324,10 @@ def test_fold_refuses_a_hunk_of_several_patches_or_the_base_changing_nothing(
         fold_project: Project, runner: Runner, fold_checkout: Path, changes: Mapping[int, bytes],
         named: Sequence[str]) -> None:
     edit_fake(fold_checkout, changes)
-    before, state = tree_hashes(fold_project.root), checkout_state(fold_checkout, runner)
-    with pytest.raises(PatchsetError, match="cannot fold 1 of 1 hunks") as refused:
-        refresh(fold_project, runner, fold_checkout, fold=True)
-    assert all(name in str(refused.value) for name in named), str(refused.value)
-    assert "--into PATCH" in str(refused.value)
-    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state
+    error = str(refused_changing_nothing(fold_project, runner, fold_checkout, "cannot fold 1 of 1 hunks",
+                                         fold=True))
+    assert all(name in error for name in named), error
+    assert "--into PATCH" in error
 
 
 @pytest.mark.parametrize("into", ["2", "0002", "0002-Second.patch", "sec"])
@@ -334,10 +343,7 @@ def test_into_overrides_the_blame(fold_project: Project, runner: Runner, fold_ch
 def test_into_a_patch_that_does_not_exist_changes_nothing(fold_project: Project, runner: Runner,
                                                           fold_checkout: Path) -> None:
     edit_fake(fold_checkout, {2: b"first, edited\n"})
-    before, state = tree_hashes(fold_project.root), checkout_state(fold_checkout, runner)
-    with pytest.raises(PatchsetError, match="--into 7: no patch"):
-        refresh(fold_project, runner, fold_checkout, into="7")
-    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state
+    refused_changing_nothing(fold_project, runner, fold_checkout, "--into 7: no patch", into="7")
 
 
 def test_a_fold_whose_rebase_conflicts_puts_the_checkout_back(
@@ -346,10 +352,7 @@ def test_a_fold_whose_rebase_conflicts_puts_the_checkout_back(
     edit_fake(fold_checkout, {5: b"line 5, edited\n"})
     runner.git("add", FAKE, cwd=fold_checkout, capture=True)  # staged: the index comes back too
     edit_fake(fold_checkout, {9: b"line 9, edited\n"})
-    before, state = tree_hashes(fold_project.root), checkout_state(fold_checkout, runner)
-    with pytest.raises(PatchsetError, match="is as it was"):
-        refresh(fold_project, runner, fold_checkout, into="1")
-    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state
+    refused_changing_nothing(fold_project, runner, fold_checkout, "is as it was", into="1")
 
 
 def test_fold_refuses_a_deleted_file_and_reads_commits_when_clean(
@@ -358,9 +361,6 @@ def test_fold_refuses_a_deleted_file_and_reads_commits_when_clean(
     assert refresh(fold_project, runner, fold_checkout, fold=True) == 0  # nothing to fold: a refresh
     assert "fold: no uncommitted edits" in capsys.readouterr().out
     assert patch_texts(fold_project) == old
-    before = tree_hashes(fold_project.root)
     (fold_checkout / FAKE).unlink()
-    state = checkout_state(fold_checkout, runner)
-    with pytest.raises(PatchsetError, match=f"{FAKE} is deleted: --fold places changed lines"):
-        refresh(fold_project, runner, fold_checkout, fold=True)
-    assert tree_hashes(fold_project.root) == before and checkout_state(fold_checkout, runner) == state
+    refused_changing_nothing(fold_project, runner, fold_checkout,
+                             f"{FAKE} is deleted: --fold places changed lines", fold=True)

@@ -7,6 +7,11 @@ M1-M3 fake-trace torchvision training steps (resnet18, mobilenet_v2, vit_b_16) a
 with a Meta kernel for every op, the big batch costs what the small one does, and no op reaches
 run_fallback_kernel (whose calls the workers count).
 
+T1-T3 are the fake trace's floor: the small-batch training step of M1-M3 traced fake and traced
+over meta-device tensors (the same meta kernels and decompositions, no FakeTensor layer),
+alternating in one process, with the time the fake trace spends inside FakeTensorMode's
+dispatch and inside its kernel invocations: what a change to that dispatch could save at most.
+
 D1-D4 compile a torchvision training step (resnet18, mobilenet_v2) with torchdynamo 1.13.0's
 aot_eager and inductor backends N times, torchdynamo.reset() between compiles, as a user
 compiling in a loop does (torchdynamo is in the pip venv only: `setup --pip`).
@@ -23,8 +28,8 @@ N traces on every side.
 Z1 is the model zoo: a fake training-step trace of every torchvision model builder
 (classification, segmentation, video, optical flow, detection), small inputs, the model's own
 parameters and buffers through functional_call: traced or the first line of its error, fallback
-calls, graph nodes, ms, FakeTensorModes alive after one gc.collect() once the model and the
-trace are dropped.
+calls, graph nodes, wall and CPU ms, FakeTensorModes alive after one gc.collect() once the model
+and the trace are dropped.
 
 F1 measures the fallback kernel instead: the peak memory of a fallback call whose kernel returns
 a view of a big input (which the fallback refuses, as 1.13.1 does), against the real zero stand-in
@@ -65,8 +70,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
-WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "D1", "D2", "D3", "D4", "Z1", "W1", "W2",
-             "W3", "W3v", "W4", "F1", "S1", "S2", "S3", "L1", "L2", "L3")
+WORKLOADS = ("R1", "R2", "R3", "R4", "R5", "M1", "M2", "M3", "T1", "T2", "T3", "D1", "D2", "D3",
+             "D4", "Z1", "W1", "W2", "W3", "W3v", "W4", "F1", "S1", "S2", "S3", "L1", "L2", "L3")
 NAMED_ONLY = ("D1", "D2", "D3", "D4", "Z1", "S3", "L1", "L2", "L3")  # run only when named
 PATCHED_MODULES = ("fake_tensor", "meta_utils", "proxy_tensor")
 # torch 2.13's W1 figure on this machine (ms per mode), quoted by the issue as the bar to beat.
@@ -90,6 +95,7 @@ FULL_SIZES: Dict[str, int] = {
     "m_image": 224,
     "m_small_batch": 2,
     "m_large_batch": 32,
+    "t_traces": 5,
     "d_compiles": 4,
     "d_image": 64,
     "z_quick": 0,
@@ -108,7 +114,8 @@ FULL_SIZES: Dict[str, int] = {
 }
 QUICK_SIZES: Dict[str, int] = dict(
     FULL_SIZES, w1_modes=200, w2_rounds=20, w3_tensors=10_000, w3_last=5000, w4_hits=10_000,
-    r1_traces=20, r_traces=10, m_traces=2, d_compiles=2, z_quick=1, f1_elements=5_000_000,
+    r1_traces=20, r_traces=10, m_traces=2, t_traces=2, d_compiles=2, z_quick=1,
+    f1_elements=5_000_000,
     s1_rounds=3, s3_runs=3, l_traces=20, l_traces_other=20, l3_traces=20, l3_traces_other=20,
     l_every=5, l_warm=5,
 )
@@ -552,16 +559,20 @@ def count_fallback_calls(torch: Any) -> Callable[[], int]:
     return lambda: calls[0]
 
 
-def train_step_trace(torch: Any, model: Any, batch: int, image: int) -> Callable[[], Any]:
+def train_step_trace(torch: Any, model: Any, batch: int, image: int,
+                     device: str = "cpu") -> Callable[[], Any]:
     """make_fx fake of forward, cross-entropy and loss.backward(), parameters and buffers
-    passed in through functional_call; random weights and inputs."""
+    passed in through functional_call; random weights and inputs. On device "meta" the same
+    step is traced without fakes (tracing_mode "real" over meta tensors)."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.nn.utils import stateless
 
-    params = {name: torch.nn.Parameter(p.detach().clone()) for name, p in model.named_parameters()}
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    x = torch.randn(batch, 3, image, image)
-    target = torch.randint(0, 1000, (batch,))
+    params = {name: torch.nn.Parameter(p.detach().to(device, copy=True))
+              for name, p in model.named_parameters()}
+    buffers = {name: b.detach().to(device, copy=True) for name, b in model.named_buffers()}
+    x = torch.randn(batch, 3, image, image, device=device)
+    target = torch.randint(0, 1000, (batch,), device=device)
+    tracing_mode = "real" if device == "meta" else "fake"
 
     def step(params: Dict[str, Any], buffers: Dict[str, Any], x: Any, target: Any) -> Any:
         out = stateless.functional_call(model, {**params, **buffers}, (x,))
@@ -569,7 +580,7 @@ def train_step_trace(torch: Any, model: Any, batch: int, image: int) -> Callable
         loss.backward()
         return loss, [p.grad for p in params.values()]
 
-    return lambda: make_fx(step, tracing_mode="fake")(params, buffers, x, target)
+    return lambda: make_fx(step, tracing_mode=tracing_mode)(params, buffers, x, target)
 
 
 def peak_rss_growth_mb(run: Callable[[], Any]) -> Optional[float]:
@@ -618,6 +629,119 @@ def work_m(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> D
     if out["peak_mb_small"] is not None and out["peak_mb_large"] is not None:
         out["peak_mb_large_minus_small"] = out["peak_mb_large"] - out["peak_mb_small"]
     return out
+
+
+# --- T1-T3: the fake trace against its floor, the same trace over meta-device tensors --------
+# Both traces run the same meta kernels and decompositions; the fake one adds the FakeTensor
+# layer. The time inside FakeTensorMode's dispatch and inside its kernel invocations, measured in
+# a separate instrumented trace, bounds what any change to that dispatch could save: a cache
+# that skipped every kernel would still cost (fake - kernels), one that made the whole dispatch
+# free (fake - dispatch).
+
+T_MODELS = {"T1": "resnet18", "T2": "mobilenet_v2", "T3": "vit_b_16"}
+
+
+class DispatchClock:
+    """Process CPU time inside FakeTensorMode.__torch_dispatch__ and inside the kernel
+    invocations it makes (outermost calls only), while installed."""
+
+    def __init__(self, fake_tensor: Any) -> None:
+        self.module = fake_tensor
+        self.seconds = {"dispatch": 0.0, "kernels": 0.0}
+        self.depth = {"dispatch": 0, "kernels": 0}
+
+    def timed(self, key: str, enter: Callable[[], Any]) -> Any:
+        if self.depth[key]:
+            return enter()
+        self.depth[key] += 1
+        start = time.process_time()
+        try:
+            return enter()
+        finally:
+            self.seconds[key] += time.process_time() - start
+            self.depth[key] -= 1
+
+    def install(self) -> Callable[[], None]:
+        import contextlib
+
+        mode_cls, module = self.module.FakeTensorMode, self.module
+        dispatch, invocation = mode_cls.__torch_dispatch__, module.in_kernel_invocation_manager
+
+        def timed_dispatch(mode: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.timed("dispatch", lambda: dispatch(mode, *args, **kwargs))
+
+        @contextlib.contextmanager
+        def timed_invocation(*args: Any, **kwargs: Any) -> Any:
+            with invocation(*args, **kwargs):
+                if self.depth["kernels"]:
+                    yield
+                    return
+                self.depth["kernels"] += 1
+                start = time.process_time()
+                try:
+                    yield
+                finally:
+                    self.seconds["kernels"] += time.process_time() - start
+                    self.depth["kernels"] -= 1
+
+        mode_cls.__torch_dispatch__ = timed_dispatch
+        module.in_kernel_invocation_manager = timed_invocation
+
+        def undo() -> None:
+            mode_cls.__torch_dispatch__ = dispatch
+            module.in_kernel_invocation_manager = invocation
+
+        return undo
+
+
+def cpu_ms(run: Callable[[], Any]) -> float:
+    gc.collect()
+    start = time.process_time()
+    run()
+    return (time.process_time() - start) * 1e3
+
+
+def work_t(torch: Any, mode_cls: Any, sizes: Dict[str, int], workload: str) -> Dict[str, Any]:
+    import warnings
+
+    import torch._subclasses.fake_tensor as fake_tensor
+    import torchvision
+
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, T_MODELS[workload])()
+    batch, image = sizes["m_small_batch"], sizes["m_image"]
+    fake = train_step_trace(torch, model, batch, image)
+    meta = train_step_trace(torch, model, batch, image, device="meta")
+    fake()  # warm-up
+    try:
+        meta()
+    except NotImplementedError as exc:  # 1.13.1 has no Meta kernel for some backward ops
+        return {"meta_trace": f"{type(exc).__name__}: {str(exc).splitlines()[0][:40]}"}
+    fake_ms, meta_ms = [], []
+    for _ in range(sizes["t_traces"]):  # alternating: both see the same machine load
+        fake_ms.append(cpu_ms(fake))
+        meta_ms.append(cpu_ms(meta))
+    clock = DispatchClock(fake_tensor)
+    undo = clock.install()
+    try:
+        instrumented_ms = cpu_ms(fake)
+    finally:
+        undo()
+    best_fake, best_meta = min(fake_ms), min(meta_ms)
+    # the instrumented trace is slower by the clock's own calls: scale its shares to the best
+    share = best_fake / instrumented_ms
+    dispatch_ms, kernels_ms = (clock.seconds[k] * 1e3 * share for k in ("dispatch", "kernels"))
+    return {
+        "meta_trace": "traced",
+        "fake_ms": best_fake,
+        "meta_ms": best_meta,
+        "fake_over_meta": best_fake / best_meta,
+        "dispatch_ms": dispatch_ms,
+        "kernels_ms": kernels_ms,
+        "without_kernels_over_meta": (best_fake - kernels_ms) / best_meta,
+        "without_dispatch_over_meta": (best_fake - dispatch_ms) / best_meta,
+    }
 
 
 # --- D1-D4: torchdynamo compiles of a training step, torchdynamo.reset() between them --------
@@ -853,7 +977,6 @@ def work_l3(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
 Z_FAMILIES = ("", "segmentation", "video", "optical_flow", "detection")
 Z_QUICK = ("resnet18", "swin_t", "vit_b_16", "fcn_resnet50", "r3d_18", "raft_small",
            "fasterrcnn_mobilenet_v3_large_320_fpn")
-Z_KEYS = ("status", "fallback", "nodes", "ms", "alive")
 
 
 def _z_inputs(torch: Any, family: str, name: str) -> Tuple[Tuple[Any, ...], Callable[[Any], Any]]:
@@ -928,7 +1051,7 @@ def work_z(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
 
             first_mode = len(refs)
             before = calls()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             try:
                 gm = make_fx(step, tracing_mode="fake")(tensors, *inputs)
                 status, nodes = "traced", len(gm.graph.nodes)
@@ -938,12 +1061,14 @@ def work_z(torch: Any, mode_cls: Any, sizes: Dict[str, int]) -> Dict[str, Any]:
                 status, nodes = f"{type(exc).__name__}: {lines[0][:90]}", None
                 del exc
             ms = (time.perf_counter() - start) * 1e3
+            cpu_ms = (time.process_time() - start_cpu) * 1e3
             del model, tensors, inputs, step
             gc.collect()
             out[f"{name}|status"] = status
             out[f"{name}|fallback"] = calls() - before if before >= 0 else None
             out[f"{name}|nodes"] = nodes
             out[f"{name}|ms"] = ms
+            out[f"{name}|cpu_ms"] = cpu_ms
             out[f"{name}|alive"] = live_count(refs[first_mode:])
             print(f"Z1 {name}: {status[:60]} {nodes} nodes {ms:.0f} ms", file=sys.stderr, flush=True)
     return out
@@ -1278,6 +1403,8 @@ WORKERS: Dict[str, Callable[[Any, Any, Dict[str, int]], Dict[str, Any]]] = {
     "M1": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M1"),
     "M2": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M2"),
     "M3": lambda torch, mode_cls, sizes: work_m(torch, mode_cls, sizes, "M3"),
+    **{name: (lambda torch, mode_cls, sizes, name=name: work_t(torch, mode_cls, sizes, name))
+       for name in T_MODELS},
     **{name: (lambda torch, mode_cls, sizes, name=name: work_d(torch, mode_cls, sizes, name))
        for name in D_RUNS},
     "Z1": work_z,
@@ -1468,6 +1595,18 @@ M_ROWS: List[Tuple[str, str, str]] = [
     ("fallback_calls_large", "run_fallback_kernel calls per trace, batch {m_large_batch}", "count"),
 ]
 ROWS.update({name: M_ROWS for name in M_MODELS})
+T_ROWS: List[Tuple[str, str, str]] = [
+    ("meta_trace", "the trace over meta-device tensors", "info"),
+    ("fake_ms", "fake trace, CPU ms (best)", "time"),
+    ("meta_ms", "the same trace over meta-device tensors, CPU ms (best)", "time"),
+    ("fake_over_meta", "fake / meta-device trace (per repeat)", "info"),
+    ("dispatch_ms", "... of the fake trace: in FakeTensorMode.__torch_dispatch__, ms", "info"),
+    ("kernels_ms", "... of that: in its kernel invocations, ms", "info"),
+    ("without_kernels_over_meta", "(fake - kernels) / meta: a cache skipping every kernel", "info"),
+    ("without_dispatch_over_meta", "(fake - dispatch) / meta: a free FakeTensorMode dispatch",
+     "info"),
+]
+ROWS.update({name: T_ROWS for name in T_MODELS})
 D_ROWS: List[Tuple[str, str, str]] = [
     ("modes_alive", "FakeTensorModes alive after each compile (one gc.collect())", "info"),
     ("modes_alive_last", "... after the last compile", "count"),
@@ -1555,6 +1694,10 @@ TITLES = {
           "loss.backward()), {m_image}x{m_image} images",
     "M3": "M3 {m_traces:,} x make_fx fake: torchvision vit_b_16 train step (cross-entropy, "
           "loss.backward()), {m_image}x{m_image} images",
+    **{name: f"{name} make_fx of a torchvision {model} train step (cross-entropy, "
+             "loss.backward()), batch {m_small_batch}, {m_image}x{m_image}: fake against the "
+             "same trace over meta-device tensors, alternating, {t_traces:,} each, one process"
+       for name, model in T_MODELS.items()},
     **{name: f"{name} {{d_compiles:,}} x torchdynamo.optimize(\"{backend}\"): torchvision {model} "
              "train step (cross-entropy, loss.backward()), batch 2, {d_image}x{d_image}, "
              "torchdynamo.reset() between compiles"
@@ -1683,6 +1826,8 @@ def targets(workload: str, agg: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[st
         text = "<= 0.6x unpatched" + (" and <= vs" if "vs" in agg else "")
         out["ms_small"] = (text, verdict(None if ref is None else cmp(
             "ms_small", lambda v: v <= 0.6 * ref and (vs is None or v <= vs))))
+    if workload in T_MODELS:
+        out["fake_over_meta"] = ("<= 1.0", verdict(cmp("fake_over_meta", lambda v: v <= 1.0)))
     if workload in D_RUNS:
         # the decided contract: while the model's tensors live, memoized fakes die by the
         # cyclic gc, so modes alive stay bounded (1, 2, 2, 2) and go by the third collection
@@ -1746,7 +1891,8 @@ def render_zoo(runtimes: List[Runtime], results: Dict[str, List[Dict[str, Any]]]
         if status != "traced":
             return f"{status[:70]}; fb {fmt(m.get(f'{name}|fallback'))}, alive {m.get(f'{name}|alive')}"
         return (f"{fmt(m.get(f'{name}|nodes'))} nodes, fb {fmt(m.get(f'{name}|fallback'))}, "
-                f"{fmt(m.get(f'{name}|ms'))} ms, alive {m.get(f'{name}|alive')}")
+                f"{fmt(m.get(f'{name}|ms'))} ms ({fmt(m.get(f'{name}|cpu_ms'))} CPU), "
+                f"alive {m.get(f'{name}|alive')}")
 
     names = [rt.name for rt in runtimes]
     rows = [[name] + [cell(last[n], name) for n in names] for name in models]
@@ -1761,6 +1907,13 @@ def render_zoo(runtimes: List[Runtime], results: Dict[str, List[Dict[str, Any]]]
     lost = [x for x in models if unp.get(f"{x}|status") == "traced" and pat.get(f"{x}|status") != "traced"]
     other = [x for x in models if unp.get(f"{x}|status") == pat.get(f"{x}|status") == "traced"
              and unp.get(f"{x}|nodes") != pat.get(f"{x}|nodes")]
+    everywhere = [x for x in models
+                  if all(last[n].get(f"{x}|status") == "traced" for n in names)]
+    for n in names:
+        wall, cpu = (sum(last[n].get(f"{x}|{key}") or 0 for x in everywhere) / 1e3
+                     for key in ("ms", "cpu_ms"))
+        summary.append(f"{n}: {wall:,.1f} s wall, {cpu:,.1f} s CPU over the {len(everywhere)} "
+                       "models every runtime traced")
     summary.append(f"traced unpatched but not patched: {', '.join(lost) or 'none'}; "
                    f"graph node counts that differ: {', '.join(other) or 'none'}")
     title = ("Z1 torchvision model zoo: one make_fx fake training-step trace per builder "

@@ -9,13 +9,15 @@ refresh), whose series is committed the tool's own way (`series_io`).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import pytest
 
@@ -77,6 +79,20 @@ def run_tool(root: Path, *args: str) -> subprocess.CompletedProcess:
     """`patchset -q ARGS` with the CLI copied into root (see copy_tool), on the project at root."""
     return subprocess.run([sys.executable, str(root / "build_scripts" / "patchset"), "-q", *args],
                           cwd=root, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[Any]:
+    """test/bench_memo.py, imported as a module (pytest does not collect it)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_memo_under_test", Path(__file__).resolve().parent / "bench_memo.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
 
 
 @pytest.fixture(scope="session")

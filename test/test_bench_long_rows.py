@@ -2,28 +2,12 @@
 source-cache count (entries of freed code queued for the loader's next cache() call apart)."""
 from __future__ import annotations
 
-import importlib.util
 import linecache
 import sys
 import types
-from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent / "bench_memo.py"
-
-
-@pytest.fixture(scope="module")
-def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_memo_under_test", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def schedule(bench: Any, argv: List[str], workload: str, side: str) -> Dict[str, int]:

@@ -77,8 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quick", action="store_true", help="scaled-down smoke run")
     parser.add_argument("--repeats", type=int, help="alternating repeats per runtime (default 2)")
     parser.add_argument("--workloads",
-                        help="comma-separated subset of R1,R2,R3,R4,R5,M1,M2,M3,D1,D2,D3,D4,Z1,W1,W2,"
-                             "W3,W3v,W4,F1,S1,S2,S3,L1,L2,L3 (default: all but D1-D4, torchdynamo "
+                        help="comma-separated subset of R1,R2,R3,R4,R5,M1,M2,M3,T1,T2,T3,D1,D2,"
+                             "D3,D4,Z1,W1,W2,W3,W3v,W4,F1,S1,S2,S3,L1,L2,L3 (default: all but "
+                             "D1-D4, torchdynamo "
                              "compiles that need pip venvs: --python-unpatched/--python-patched, Z1, "
                              "the torchvision model zoo, S3, the crash stress, and L1-L3, one "
                              "process tracing over and over: 2,000 patched traces and 100 on the "

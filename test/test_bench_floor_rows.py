@@ -1,10 +1,12 @@
 """The floor rows of test/bench_memo.py (T1-T3: the fake trace against the same trace over
 meta-device tensors, and the time inside FakeTensorMode's dispatch and its kernel invocations)
-and the model zoo's CPU-time totals (Z1)."""
+and the CPU-time figures of the model zoo (Z1) and the torchdynamo compiles (D1-D4)."""
 from __future__ import annotations
 
 import contextlib
 import itertools
+import subprocess
+import sys
 import types
 from typing import Any, Iterator
 
@@ -85,3 +87,17 @@ def test_zoo_totals_wall_and_cpu_time_over_the_models_every_runtime_traced(bench
     assert "unpatched: 6.0 s wall, 5.0 s CPU over the 2 models every runtime traced" in text
     assert "patched: 3.0 s wall, 1.5 s CPU over the 2 models every runtime traced" in text
     assert "1,000 ms (500 CPU)" in text
+
+
+def test_compile_cpu_time_counts_children_that_have_exited(bench: Any) -> None:
+    import resource
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    before, before_children = bench.cpu_seconds_with_children(), children_cpu()
+    subprocess.run([sys.executable, "-c", "sum(range(3 * 10 ** 7))"], check=True)
+    spent_by_child = children_cpu() - before_children
+    assert spent_by_child > 0
+    assert bench.cpu_seconds_with_children() - before >= spent_by_child

@@ -57,6 +57,7 @@ The driver itself only needs the standard library; workers need torch:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -67,7 +68,7 @@ import sys
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_PREFIX = "BENCH_RESULT "
@@ -651,39 +652,30 @@ class DispatchClock:
         self.seconds = {"dispatch": 0.0, "kernels": 0.0}
         self.depth = {"dispatch": 0, "kernels": 0}
 
-    def timed(self, key: str, enter: Callable[[], Any]) -> Any:
-        if self.depth[key]:
-            return enter()
+    @contextlib.contextmanager
+    def timing(self, key: str) -> Iterator[None]:
+        """Adds the block's CPU time to `key` unless a block of `key` is already open."""
         self.depth[key] += 1
-        start = time.process_time()
+        start = time.process_time() if self.depth[key] == 1 else None
         try:
-            return enter()
+            yield
         finally:
-            self.seconds[key] += time.process_time() - start
+            if start is not None:
+                self.seconds[key] += time.process_time() - start
             self.depth[key] -= 1
 
     def install(self) -> Callable[[], None]:
-        import contextlib
-
         mode_cls, module = self.module.FakeTensorMode, self.module
         dispatch, invocation = mode_cls.__torch_dispatch__, module.in_kernel_invocation_manager
 
         def timed_dispatch(mode: Any, *args: Any, **kwargs: Any) -> Any:
-            return self.timed("dispatch", lambda: dispatch(mode, *args, **kwargs))
+            with self.timing("dispatch"):
+                return dispatch(mode, *args, **kwargs)
 
         @contextlib.contextmanager
-        def timed_invocation(*args: Any, **kwargs: Any) -> Any:
-            with invocation(*args, **kwargs):
-                if self.depth["kernels"]:
-                    yield
-                    return
-                self.depth["kernels"] += 1
-                start = time.process_time()
-                try:
-                    yield
-                finally:
-                    self.seconds["kernels"] += time.process_time() - start
-                    self.depth["kernels"] -= 1
+        def timed_invocation(*args: Any, **kwargs: Any) -> Iterator[None]:
+            with invocation(*args, **kwargs), self.timing("kernels"):
+                yield
 
         mode_cls.__torch_dispatch__ = timed_dispatch
         module.in_kernel_invocation_manager = timed_invocation
